@@ -1,0 +1,57 @@
+"""daskqueue: a distributed task queue that runs inside a Dask cluster, on Dask actors."""
+
+from __future__ import annotations
+
+import logging
+
+from daskqueue.consumer.base import ConsumerBase, ConsumerStats
+from daskqueue.consumer.general import GeneralConsumer
+from daskqueue.consumer.pool import ConsumerPool
+from daskqueue.errors import (
+    ConfigurationError,
+    DaskQueueError,
+    InvalidTaskError,
+    JoinTimeoutError,
+    LeaseExpiredError,
+    PayloadTooLargeError,
+    QueueClosedError,
+    QueueEmpty,
+    RemoteTaskError,
+    SerializationError,
+)
+from daskqueue.messages import Message, Task, make_id, split_id
+from daskqueue.queue.base import QueueStats
+from daskqueue.queue.pool import QueuePool
+from daskqueue.queue.transient import TransientQueue
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # pools (what most users need)
+    "QueuePool",
+    "ConsumerPool",
+    # consumers and messages
+    "ConsumerBase",
+    "GeneralConsumer",
+    "Message",
+    "Task",
+    "make_id",
+    "split_id",
+    # queue actors and stats
+    "TransientQueue",
+    "QueueStats",
+    "ConsumerStats",
+    # errors
+    "DaskQueueError",
+    "ConfigurationError",
+    "InvalidTaskError",
+    "SerializationError",
+    "PayloadTooLargeError",
+    "QueueClosedError",
+    "QueueEmpty",
+    "LeaseExpiredError",
+    "JoinTimeoutError",
+    "RemoteTaskError",
+]
+
+logging.getLogger("daskqueue").addHandler(logging.NullHandler())

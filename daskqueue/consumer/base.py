@@ -1,0 +1,388 @@
+"""Consumer actors: fetch batches from the queues, run them on their own threads, settle them.
+
+Who runs what:
+
+* ``start``/``stop``/``stats`` and the fetch loop are ``async`` and run on the worker's event
+  loop; they only move blobs and never run user code.
+* User code (``process_item``, task functions, ``setup``) runs on the consumer's own
+  ``ThreadPoolExecutor`` of ``max_concurrency`` threads, a whole batch per submission.
+
+Backpressure: at most ``max_concurrency + prefetch_batches`` fetched batches exist at once;
+the loop fetches the next only when one of those slots frees up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from daskqueue import defaults
+from daskqueue.errors import LeaseExpiredError, QueueClosedError
+from daskqueue.messages import Kind, Message, Task, error_from_exception, make_id
+from daskqueue.serialize import Segment, decode_delivery, dumps, encode_settle, loads
+
+__all__ = ["ConsumerBase", "ConsumerStats", "Batch", "Outcome"]
+
+logger = logging.getLogger("daskqueue")
+
+
+@dataclass(slots=True, eq=False)
+class Batch:
+    """A fetched delivery: the lease, the queue it came from, and its segments."""
+
+    queue_slot: int  # position in the consumer's queue list
+    queue_index: int
+    lease_id: int
+    segments: list[Segment]
+    count: int
+
+
+@dataclass(slots=True, eq=False)
+class Outcome:
+    """What running a batch gave: ``done`` messages ran; failures by position; results."""
+
+    done: int
+    errors: dict[int, bytes]
+    fatal: set[int]
+    results: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerStats:
+    """A snapshot of one consumer."""
+
+    index: int
+    running: bool
+    batches: int
+    items_done: int
+    items_failed: int
+    inflight_items: int
+    batch_size: int
+    refused_settlements: int
+    fetch_calls: int
+
+
+class ConsumerBase:
+    """Base class of consumer actors. Subclass it and implement :meth:`process_item`.
+
+    ``ConsumerPool`` creates the actors; a subclass that needs its own arguments takes them as
+    keyword arguments after ``**kwargs`` and receives them through
+    ``ConsumerPool(..., consumer_kwargs={...})``. Override :meth:`setup` to open resources
+    once, on the thread that will run the items.
+
+    ``process_item`` returns the message's result (stored for ``ConsumerPool.results()``) or
+    raises: the message is then retried with backoff and, after ``max_retries``,
+    dead-lettered with the error, which ``ConsumerPool.failures()`` reports.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        queues: list[Any],
+        *,
+        home: int = 0,
+        batch_size: int | None = None,
+        max_concurrency: int = defaults.MAX_CONCURRENCY,
+        prefetch_batches: int = defaults.PREFETCH_BATCHES,
+        early_ack: bool = False,
+        lease_timeout_s: float = defaults.LEASE_TIMEOUT_S,
+        idle_poll_s: float = defaults.IDLE_POLL_S,
+        target_batch_s: float = defaults.TARGET_BATCH_S,
+        max_batch_size: int = defaults.MAX_BATCH_SIZE,
+    ) -> None:
+        if not queues:
+            raise ValueError("a consumer needs at least one queue")
+        self.index = index
+        n = len(queues)
+        # Home queue first, then the others in turn: an idle consumer takes their work.
+        self._queues = [queues[(home + k) % n] for k in range(n)]
+        self._fixed_batch = batch_size
+        self._batch_size = batch_size or defaults.INITIAL_BATCH_SIZE
+        self._max_batch = max_batch_size if batch_size is None else batch_size
+        self._target_batch_s = target_batch_s
+        self.max_concurrency = max_concurrency
+        self._prefetch = prefetch_batches
+        self.early_ack = early_ack
+        self._lease_timeout_s = lease_timeout_s
+        self._idle_poll_s = idle_poll_s
+        self._executor: ThreadPoolExecutor | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._extender: asyncio.Task[None] | None = None
+        self._finishing: set[asyncio.Task[None]] = set()
+        self._inflight: dict[tuple[int, int], Batch] = {}  # (slot, lease_id) -> batch
+        self._stop_requested = False  # read per item by the run threads
+        self._func_bytes: dict[bytes, bytes] = {}
+        self._funcs: dict[bytes, Any] = {}
+        self._setup_done = False
+        self._batches = self._items_done = self._items_failed = 0
+        self._refused = self._fetch_calls = 0
+        self._per_item_s: float | None = None
+
+    def __repr__(self) -> str:
+        state = "running" if self._loop_task is not None else "stopped"
+        return f"<{type(self).__name__} {self.index} ({state}): {self._items_done:,} done>"
+
+    # -- the user's extension points ------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Called once, on a run thread, before the first item. Override to open resources."""
+
+    def process_item(self, message: Message) -> Any:
+        """Process one message and return its result. Runs on the consumer's thread pool."""
+        raise NotImplementedError(f"{type(self).__name__} must implement process_item(message)")
+
+    # -- lifecycle (actor methods) --------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start fetching and running work. Idempotent."""
+        if self._loop_task is not None:
+            return
+        self._stop_requested = False
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                self.max_concurrency, thread_name_prefix=f"daskqueue-consumer-{self.index}"
+            )
+        loop = asyncio.get_running_loop()
+        self._loop_task = loop.create_task(self._fetch_loop())
+        if not self.early_ack:
+            self._extender = loop.create_task(self._extend_forever())
+        logger.debug("consumer %d started", self.index)
+
+    async def stop(self) -> None:
+        """Stop fetching; finish the item each thread is running, release the rest, settle.
+
+        Returns once every fetched batch is settled: nothing fetched is lost, and messages that
+        were fetched but not started go back to the front of their queue.
+        """
+        if self._loop_task is None:
+            return
+        # Order: stop fetching first (so no new batch arrives), then let the run threads stop
+        # at the next item boundary, then await the settlements, then stop extending leases
+        # (an unsettled lease must stay alive until its settlement has been answered).
+        self._stop_requested = True
+        await self._loop_task
+        self._loop_task = None
+        while self._finishing:
+            await asyncio.gather(*list(self._finishing))
+        if self._extender is not None:
+            self._extender.cancel()
+            try:
+                await self._extender
+            except asyncio.CancelledError:
+                pass
+            self._extender = None
+        logger.debug("consumer %d stopped", self.index)
+
+    async def close(self) -> None:
+        """Stop, then shut the thread pool down."""
+        await self.stop()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+
+    async def stats(self) -> ConsumerStats:
+        return ConsumerStats(
+            index=self.index,
+            running=self._loop_task is not None,
+            batches=self._batches,
+            items_done=self._items_done,
+            items_failed=self._items_failed,
+            inflight_items=sum(b.count for b in self._inflight.values()),
+            batch_size=self._batch_size,
+            refused_settlements=self._refused,
+            fetch_calls=self._fetch_calls,
+        )
+
+    # -- the fetch loop (event loop) ------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        slots = asyncio.Semaphore(self.max_concurrency + self._prefetch)
+        loop = asyncio.get_running_loop()
+        while not self._stop_requested:
+            await slots.acquire()
+            try:
+                batch = None if self._stop_requested else await self._fetch()
+            except Exception:
+                slots.release()
+                logger.exception("consumer %d: fetching failed; retrying in 1 s", self.index)
+                await asyncio.sleep(1.0)
+                continue
+            if batch is None:
+                slots.release()
+                continue
+            self._inflight[(batch.queue_slot, batch.lease_id)] = batch
+            task = loop.create_task(self._run_and_settle(batch, slots))
+            self._finishing.add(task)
+            task.add_done_callback(self._finishing.discard)
+
+    async def _fetch(self) -> Batch | None:
+        """One pass: every queue without waiting, home first; then long-poll the home queue."""
+        n = self._batch_size
+        for slot, queue in enumerate(self._queues):
+            self._fetch_calls += 1
+            blob = await queue.get_batch(n, 0.0)
+            if blob is not None:
+                return await self._decode(slot, blob)
+            if self._stop_requested:
+                return None
+        self._fetch_calls += 1
+        blob = await self._queues[0].get_batch(n, self._idle_poll_s)
+        return None if blob is None else await self._decode(0, blob)
+
+    async def _decode(self, slot: int, blob: bytes) -> Batch:
+        lease_id, queue_index, segments = decode_delivery(blob)
+        missing = {s.digest for s in segments if s.digest is not None} - self._func_bytes.keys()
+        if missing:
+            self._func_bytes.update(await self._queues[slot].get_functions(list(missing)))
+        return Batch(slot, queue_index, lease_id, segments, sum(s.count for s in segments))
+
+    async def _run_and_settle(self, batch: Batch, slots: asyncio.Semaphore) -> None:
+        queue = self._queues[batch.queue_slot]
+        try:
+            if self.early_ack:
+                await self._settle(queue, batch, Outcome(batch.count, {}, set(), []), early=True)
+            loop = asyncio.get_running_loop()
+            started = time.perf_counter()
+            outcome = await loop.run_in_executor(self._executor, self._run_batch_safely, batch)
+            self._adapt(outcome.done, time.perf_counter() - started)
+            if self.early_ack:
+                await self._record(queue, batch, outcome)
+            else:
+                await self._settle(queue, batch, outcome, early=False)
+        except Exception:
+            logger.exception(
+                "consumer %d: settling lease %d failed; its messages will be redelivered",
+                self.index, batch.lease_id,
+            )
+        finally:
+            del self._inflight[(batch.queue_slot, batch.lease_id)]
+            slots.release()
+
+    async def _settle(self, queue: Any, batch: Batch, outcome: Outcome, *, early: bool) -> None:
+        results = None if early else _dump_results(outcome)
+        blob = encode_settle(outcome.done, outcome.errors, outcome.fatal, results)
+        try:
+            await queue.settle(batch.lease_id, blob)
+        except LeaseExpiredError:
+            self._refused += 1
+            logger.warning(
+                "consumer %d: lease %d expired before it was settled; the queue redelivered "
+                "its %d messages and refused this outcome", self.index, batch.lease_id, batch.count,
+            )
+            return
+        if not early:
+            self._count(outcome)
+
+    async def _record(self, queue: Any, batch: Batch, outcome: Outcome) -> None:
+        ranges = []
+        left = outcome.done
+        for seg in batch.segments:
+            if left <= 0:
+                break
+            ranges.append((seg.first_seq, min(seg.count, left)))
+            left -= seg.count
+        await queue.record_outcomes(ranges, outcome.errors, _dump_results(outcome))
+        self._count(outcome)
+
+    def _count(self, outcome: Outcome) -> None:
+        self._batches += 1
+        self._items_done += outcome.done - len(outcome.errors)
+        self._items_failed += len(outcome.errors)
+
+    def _adapt(self, done: int, elapsed_s: float) -> None:
+        """Size the next batch to about ``target_batch_s`` of work (unless fixed)."""
+        if self._fixed_batch is not None or done == 0:
+            return
+        per_item = elapsed_s / done
+        self._per_item_s = per_item if self._per_item_s is None else 0.5 * (self._per_item_s + per_item)
+        want = int(self._target_batch_s / max(self._per_item_s, 1e-9))
+        # Grow at most 4x per batch so one lucky fast batch does not hoard a slow tail.
+        self._batch_size = max(1, min(self._max_batch, want, self._batch_size * 4))
+
+    async def _extend_forever(self) -> None:
+        """Every third of the lease timeout, extend the leases of the batches still held."""
+        period = self._lease_timeout_s / 3
+        while True:
+            await asyncio.sleep(period)
+            by_slot: dict[int, list[int]] = {}
+            for slot, lease_id in list(self._inflight):
+                by_slot.setdefault(slot, []).append(lease_id)
+            for slot, lease_ids in by_slot.items():
+                try:
+                    lost = await self._queues[slot].extend(lease_ids)
+                except (QueueClosedError, OSError) as e:
+                    logger.warning("consumer %d: extending leases failed: %s", self.index, e)
+                    continue
+                if lost:
+                    logger.warning("consumer %d: leases %s had already expired", self.index, lost)
+
+    # -- running a batch (consumer thread) ------------------------------------------------------
+
+    def _run_batch_safely(self, batch: Batch) -> Outcome:
+        if not self._setup_done:
+            self.setup()
+            self._setup_done = True
+        return self.run_batch(batch)
+
+    def run_batch(self, batch: Batch) -> Outcome:
+        """Run every message of ``batch`` through ``process_item``, stopping early on ``stop``."""
+        results: list[Any] = []
+        errors: dict[int, bytes] = {}
+        fatal: set[int] = set()
+        pos = 0
+        for seg in batch.segments:
+            for j, payload in enumerate(seg.payloads()):
+                if self._stop_requested:
+                    return Outcome(pos, errors, fatal, results)
+                try:
+                    message = Message(
+                        make_id(batch.queue_index, seg.first_seq + j),
+                        self._payload_data(seg, payload),
+                        seg.type,
+                        seg.priority,
+                        seg.key,
+                        seg.attempts,
+                    )
+                    results.append(self.process_item(message))
+                except Exception as e:
+                    errors[pos] = error_from_exception(e)
+                    results.append(None)
+                pos += 1
+        return Outcome(pos, errors, fatal, results)
+
+    def _payload_data(self, seg: Segment, payload: bytes) -> Any:
+        if seg.kind == Kind.RAW:
+            return loads(payload)
+        func = self._function(seg.digest)
+        if seg.kind == Kind.CALL:
+            return Task(func, loads(payload))
+        args, kwargs = loads(payload)
+        return Task(func, args, kwargs)
+
+    def _function(self, digest: bytes | None) -> Any:
+        func = self._funcs.get(digest)  # type: ignore[arg-type]
+        if func is None:
+            data = self._func_bytes.get(digest)  # type: ignore[arg-type]
+            if data is None:
+                raise LookupError(f"function {digest!r} is unknown to this consumer's queue")
+            func = self._funcs[digest] = loads(data)  # type: ignore[index]
+        return func
+
+
+def _dump_results(outcome: Outcome) -> bytes:
+    """Pickle the results; one that cannot be pickled becomes that message's error."""
+    try:
+        return dumps(outcome.results)
+    except Exception:
+        for pos, value in enumerate(outcome.results):
+            try:
+                dumps(value)
+            except Exception as e:
+                outcome.errors[pos] = error_from_exception(e)
+                outcome.fatal.add(pos)
+                outcome.results[pos] = None
+        return dumps(outcome.results)

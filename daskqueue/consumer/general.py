@@ -1,0 +1,72 @@
+"""The consumer that runs task messages (``QueuePool.submit`` / ``batch_submit`` / ``map``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daskqueue.consumer.base import Batch, ConsumerBase, Outcome
+from daskqueue.errors import InvalidTaskError
+from daskqueue.messages import Kind, Message, Task, error_from_exception
+from daskqueue.serialize import loads
+
+__all__ = ["GeneralConsumer"]
+
+
+class GeneralConsumer(ConsumerBase):
+    """Runs each task message's function and records its return value or its error.
+
+    A raw item (from ``put``/``put_many``) is not a task: it fails at once, without retries,
+    with an :class:`~daskqueue.errors.InvalidTaskError`; use a ``ConsumerBase`` subclass for
+    raw items. Subclasses that override :meth:`process_item` get the generic per-message path.
+    """
+
+    def process_item(self, message: Message) -> Any:
+        if not isinstance(message.data, Task):
+            raise InvalidTaskError(
+                f"GeneralConsumer runs tasks; message {message.id} is a raw item "
+                f"({type(message.data).__name__}). Use a ConsumerBase subclass for raw items."
+            )
+        return message.data()
+
+    def run_batch(self, batch: Batch) -> Outcome:
+        if type(self).process_item is not GeneralConsumer.process_item:
+            return super().run_batch(batch)
+        # The hot loop: no Message objects, one loads and one call per task.
+        results: list[Any] = []
+        append = results.append
+        errors: dict[int, bytes] = {}
+        fatal: set[int] = set()
+        pos = 0
+        for seg in batch.segments:
+            try:
+                func = None if seg.kind == Kind.RAW else self._function(seg.digest)
+            except Exception as e:
+                error = error_from_exception(e)
+                for _ in range(seg.count):
+                    if self._stop_requested:
+                        return Outcome(pos, errors, fatal, results)
+                    errors[pos] = error
+                    append(None)
+                    pos += 1
+                continue
+            for payload in seg.payloads():
+                if self._stop_requested:
+                    return Outcome(pos, errors, fatal, results)
+                try:
+                    if seg.kind == Kind.CALL:
+                        append(func(*loads(payload)))  # type: ignore[misc]
+                    elif seg.kind == Kind.CALL_KW:
+                        args, kwargs = loads(payload)
+                        append(func(*args, **kwargs))  # type: ignore[misc]
+                    else:
+                        raise InvalidTaskError(
+                            "GeneralConsumer runs tasks; got a raw item. "
+                            "Use a ConsumerBase subclass for raw items."
+                        )
+                except Exception as e:
+                    errors[pos] = error_from_exception(e)
+                    if isinstance(e, InvalidTaskError):
+                        fatal.add(pos)
+                    append(None)
+                pos += 1
+        return Outcome(pos, errors, fatal, results)

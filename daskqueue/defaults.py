@@ -1,0 +1,39 @@
+"""Default values of every tunable, in one place. Constructors document and validate them."""
+
+from __future__ import annotations
+
+#: How long a delivered message stays leased before it is redelivered (consumers extend
+#: the lease of work they are still running every ``lease_timeout_s / 3``).
+LEASE_TIMEOUT_S: float = 30.0
+
+#: How many times a failed (or lease-expired) message is retried before it is dead-lettered.
+MAX_RETRIES: int = 3
+
+#: Backoff before a retry: ``min(max, base * 2**(attempt-1))``, times a random factor in
+#: ``[1 - jitter, 1]``.
+RETRY_BACKOFF_BASE_S: float = 0.05
+RETRY_BACKOFF_MAX_S: float = 30.0
+RETRY_BACKOFF_JITTER: float = 0.5
+
+#: Largest single message payload a queue accepts.
+MAX_MESSAGE_BYTES: int = 64 * 2**20
+
+#: How many messages go in one ``put_batch`` call from the client.
+PUT_BATCH_MESSAGES: int = 20_000
+
+#: Largest batch a consumer fetches, and the adaptive target of work per fetched batch.
+MAX_BATCH_SIZE: int = 20_000
+INITIAL_BATCH_SIZE: int = 32
+TARGET_BATCH_S: float = 0.05
+
+#: How long an idle consumer's ``get_batch`` waits on its home queue before looking elsewhere.
+IDLE_POLL_S: float = 1.0
+
+#: How many fetched batches a consumer may hold beyond those running (prefetch depth).
+PREFETCH_BATCHES: int = 1
+
+#: Threads per consumer that run user code.
+MAX_CONCURRENCY: int = 1
+
+#: How often ``join`` and ``map`` poll the queues for progress and results.
+POLL_INTERVAL_S: float = 0.05

@@ -1,0 +1,138 @@
+"""Every error daskqueue raises on purpose.
+
+One root, :class:`DaskQueueError`, then groups by who caused the error:
+
+* the caller passed something wrong (:class:`ConfigurationError`, :class:`InvalidTaskError`,
+  :class:`SerializationError`, :class:`PayloadTooLargeError`);
+* the queue's state refuses the call (:class:`QueueClosedError`, :class:`QueueEmpty`,
+  :class:`LeaseExpiredError`);
+* waiting ran out (:class:`JoinTimeoutError`);
+* user code failed on a worker (:class:`RemoteTaskError`).
+
+Leaves that wrap another exception set ``__cause__`` (``raise ... from e``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DaskQueueError",
+    "ConfigurationError",
+    "InvalidTaskError",
+    "SerializationError",
+    "PayloadTooLargeError",
+    "QueueClosedError",
+    "QueueEmpty",
+    "LeaseExpiredError",
+    "JoinTimeoutError",
+    "RemoteTaskError",
+]
+
+
+class DaskQueueError(Exception):
+    """Root of every error raised by daskqueue."""
+
+
+# -- the caller's mistakes ------------------------------------------------------------------------
+
+
+class ConfigurationError(DaskQueueError, ValueError):
+    """An argument to a constructor or method is out of range or of the wrong kind."""
+
+
+class InvalidTaskError(DaskQueueError, TypeError):
+    """A submitted task is not a task: its function is not callable, or its arguments are malformed."""
+
+
+class SerializationError(DaskQueueError):
+    """A function, argument or item could not be pickled (or unpickled).
+
+    ``index`` is the position of the offending task in the submitted batch (``None`` for a single
+    submission); the original error is the ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class PayloadTooLargeError(DaskQueueError, ValueError):
+    """One message's payload is larger than the queue accepts (``max_message_bytes``)."""
+
+    def __init__(self, size: int, limit: int, *, index: int | None = None) -> None:
+        where = "" if index is None else f" (task {index} of the batch)"
+        super().__init__(f"message of {size:,} bytes exceeds max_message_bytes={limit:,}{where}")
+        self.size = size
+        self.limit = limit
+        self.index = index
+
+
+# -- the queue's state ----------------------------------------------------------------------------
+
+
+class QueueClosedError(DaskQueueError):
+    """The queue or pool was closed; it accepts no more calls."""
+
+
+class QueueEmpty(DaskQueueError):
+    """A non-blocking get found no message ready."""
+
+
+class LeaseExpiredError(DaskQueueError):
+    """An ack or nack named a lease the queue no longer holds.
+
+    The lease expired (or was settled already) and its messages were made ready again for
+    another consumer, so this settlement is refused: the other delivery's outcome wins.
+    """
+
+    def __init__(self, lease_id: int) -> None:
+        super().__init__(f"lease {lease_id} is unknown or expired; its messages were redelivered")
+        self.lease_id = lease_id
+
+
+# -- waiting --------------------------------------------------------------------------------------
+
+
+class JoinTimeoutError(DaskQueueError, TimeoutError):
+    """``join`` gave up before every submitted message was settled; carries the counts."""
+
+    def __init__(self, timeout_s: float, counts: dict[str, int]) -> None:
+        shown = ", ".join(f"{k}={v:,}" for k, v in counts.items())
+        super().__init__(f"work not settled after {timeout_s:g} s: {shown}")
+        self.timeout_s = timeout_s
+        self.counts = dict(counts)
+
+
+# -- user code ------------------------------------------------------------------------------------
+
+
+class RemoteTaskError(DaskQueueError):
+    """A task (or ``process_item``) raised on a worker, on its last allowed attempt.
+
+    Attributes: ``task_id``, ``exc_type`` (qualified name of the remote exception class),
+    ``exc_message``, ``remote_traceback`` (the formatted traceback text from the worker) and
+    ``attempts`` (how many times the message was delivered and failed).
+    """
+
+    def __init__(
+        self,
+        task_id: int,
+        exc_type: str,
+        exc_message: str,
+        remote_traceback: str,
+        attempts: int,
+    ) -> None:
+        super().__init__(task_id, exc_type, exc_message, remote_traceback, attempts)
+        self.task_id = task_id
+        self.exc_type = exc_type
+        self.exc_message = exc_message
+        self.remote_traceback = remote_traceback
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        return (
+            f"task {self.task_id} failed after {self.attempts} attempt(s): "
+            f"{self.exc_type}: {self.exc_message}\n\nRemote traceback:\n{self.remote_traceback}"
+        )
+
+    def __repr__(self) -> str:
+        return f"RemoteTaskError(task_id={self.task_id}, {self.exc_type}: {self.exc_message!r})"

@@ -1,0 +1,99 @@
+"""Message value types, message ids, and how errors travel as bytes."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Callable
+
+__all__ = [
+    "Kind",
+    "Message",
+    "Task",
+    "make_id",
+    "split_id",
+    "encode_error",
+    "decode_error",
+    "QUEUE_INDEX_BITS",
+]
+
+#: A message id is ``seq << QUEUE_INDEX_BITS | queue_index``: unique within a pool, unbounded.
+QUEUE_INDEX_BITS = 16
+MAX_QUEUES = 1 << QUEUE_INDEX_BITS
+
+
+def make_id(queue_index: int, seq: int) -> int:
+    """The pool-wide id of message ``seq`` of queue ``queue_index``."""
+    return (seq << QUEUE_INDEX_BITS) | queue_index
+
+
+def split_id(message_id: int) -> tuple[int, int]:
+    """``(queue_index, seq)`` of a message id."""
+    return message_id & (MAX_QUEUES - 1), message_id >> QUEUE_INDEX_BITS
+
+
+class Kind(IntEnum):
+    """What a message's payload holds."""
+
+    RAW = 0  #: one pickled item, for custom consumers (``put`` / ``put_many``)
+    CALL = 1  #: a pickled ``args`` tuple; the function is named by digest in the group
+    CALL_KW = 2  #: a pickled ``(args, kwargs)`` pair
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A function call carried by a task message; calling it runs the function."""
+
+    func: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] | None = None
+
+    def __call__(self) -> Any:
+        if self.kwargs:
+            return self.func(*self.args, **self.kwargs)
+        return self.func(*self.args)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One delivered message, as ``ConsumerBase.process_item`` receives it.
+
+    ``data`` is the item given to ``put``/``put_many``, or a :class:`Task` for a task message.
+    ``attempts`` counts earlier deliveries that failed or whose lease expired.
+    """
+
+    id: int
+    data: Any
+    type: str | None = None
+    priority: int = 0
+    key: str | None = None
+    attempts: int = 0
+
+
+_SEP = "\x00"
+
+
+def encode_error(exc_type: str, message: str, remote_traceback: str) -> bytes:
+    """Pack an error as UTF-8 ``type NUL message NUL traceback``: always encodable."""
+    parts = (exc_type, message, remote_traceback)
+    return _SEP.join(p.replace(_SEP, " ") for p in parts).encode("utf-8", "replace")
+
+
+def error_from_exception(exc: BaseException) -> bytes:
+    """Encode ``exc`` with its traceback, as raised in the current thread."""
+    cls = type(exc)
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not hide the failure
+        text = f"<unprintable {name}>"
+    tb = "".join(traceback.format_exception(cls, exc, exc.__traceback__))
+    return encode_error(name, text, tb)
+
+
+def decode_error(blob: bytes) -> tuple[str, str, str]:
+    """``(exc_type, message, traceback)`` from ``encode_error`` bytes."""
+    parts = blob.decode("utf-8", "replace").split(_SEP, 2)
+    parts += [""] * (3 - len(parts))
+    return parts[0], parts[1], parts[2]

@@ -1,0 +1,346 @@
+"""The actor shell around :class:`~daskqueue.queue.core.QueueCore`.
+
+Adds what the core leaves out: the clock, a sweeper task that expires leases and promotes
+delayed messages, long-polling waiters, the function table, and the results and dead letters
+waiting to be fetched by the client. Storage is a pair of hooks a durable subclass fills in.
+
+Threading: every public method is ``async def`` and runs on the worker's event loop; none
+blocks. Work per call is bounded by the size of its blob.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+import time
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+from daskqueue import defaults
+from daskqueue.errors import LeaseExpiredError, PayloadTooLargeError, QueueClosedError, QueueEmpty
+from daskqueue.queue.core import Chunk, Lease, QueueCore
+from daskqueue.serialize import PROTOCOL, decode_put, decode_settle, encode_delivery
+
+__all__ = ["QueueActorBase", "QueueStats"]
+
+logger = logging.getLogger("daskqueue")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """A snapshot of one queue: messages per state, lifetime totals and call counts."""
+
+    index: int
+    kind: str
+    ready: int
+    delayed: int
+    leased: int
+    dead: int
+    total_put: int
+    total_acked: int
+    total_retried: int
+    total_expired: int
+    get_calls: int
+    closed: bool
+
+    @property
+    def pending(self) -> int:
+        """Messages not yet settled (ready, delayed or leased)."""
+        return self.ready + self.delayed + self.leased
+
+
+class QueueActorBase:
+    """Shared shell of the queue actors; see :class:`TransientQueue` for the public contract."""
+
+    kind = "base"
+
+    def __init__(
+        self,
+        index: int = 0,
+        *,
+        lease_timeout_s: float = defaults.LEASE_TIMEOUT_S,
+        max_retries: int = defaults.MAX_RETRIES,
+        retry_backoff_base_s: float = defaults.RETRY_BACKOFF_BASE_S,
+        retry_backoff_max_s: float = defaults.RETRY_BACKOFF_MAX_S,
+        max_message_bytes: int = defaults.MAX_MESSAGE_BYTES,
+        seed: int | None = None,
+    ) -> None:
+        self.index = index
+        self.max_message_bytes = max_message_bytes
+        self._core = QueueCore(
+            lease_timeout_s=lease_timeout_s,
+            max_retries=max_retries,
+            retry_backoff_base_s=retry_backoff_base_s,
+            retry_backoff_max_s=retry_backoff_max_s,
+            seed=seed,
+        )
+        self._funcs: dict[bytes, bytes] = {}
+        self._results: list[tuple[Any, ...]] = []  # records not yet fetched
+        self._results_base = 0  # cursor of self._results[0]
+        self._dead_sent = 0  # dead letters before this index were fetched
+        self._closed = False
+        self._get_calls = 0
+        self._ready_event: asyncio.Event | None = None
+        self._timer_changed: asyncio.Event | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._sweep_at: float | None = None
+
+    def __repr__(self) -> str:
+        s = self._core.stats()
+        return f"<{type(self).__name__} {self.index}: ready={s.ready} leased={s.leased} dead={s.dead}>"
+
+    # -- clock and background work ------------------------------------------------------------
+
+    @staticmethod
+    def _now() -> float:
+        return time.monotonic()
+
+    def _start(self) -> None:
+        """Create the events and the sweeper on first use (``__init__`` runs off the loop)."""
+        if self._closed:
+            raise QueueClosedError(f"queue {self.index} is closed")
+        if self._sweeper is None:
+            self._ready_event = asyncio.Event()
+            self._timer_changed = asyncio.Event()
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    async def _sweep_forever(self) -> None:
+        """Expire leases and promote delayed messages when they fall due; sleep otherwise."""
+        assert self._timer_changed is not None
+        while not self._closed:
+            wakeup = self._core.next_wakeup()
+            self._sweep_at = wakeup
+            timeout = None if wakeup is None else max(0.0, wakeup - self._now()) + 0.001
+            self._timer_changed.clear()
+            try:
+                await asyncio.wait_for(self._timer_changed.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+            now = self._now()
+            expired = self._core.expire(now=now)
+            if expired:
+                logger.info("queue %d: %d leased messages expired; redelivering", self.index, expired)
+                self._on_expired(now)
+            if self._core.has_ready(now):
+                self._notify_ready()
+
+    def _reschedule(self) -> None:
+        """Wake the sweeper if something now falls due before its planned wakeup."""
+        wakeup = self._core.next_wakeup()
+        if wakeup is not None and (self._sweep_at is None or wakeup < self._sweep_at):
+            self._sweep_at = wakeup
+            assert self._timer_changed is not None
+            self._timer_changed.set()
+
+    def _notify_ready(self) -> None:
+        # Waiters hold the old event; new waiters get a fresh one.
+        assert self._ready_event is not None
+        self._ready_event.set()
+        self._ready_event = asyncio.Event()
+
+    # -- storage hooks (no-ops in memory) -------------------------------------------------------
+
+    def _on_put(self, chunks: list[Chunk], now: float) -> None:
+        """Persist freshly put chunks before the put is answered."""
+
+    def _on_lease(self, lease: Lease, now: float) -> None:
+        """Persist a new lease before it is handed out."""
+
+    def _on_settle(self, lease: Lease, done: int, errors: dict[int, bytes], now: float) -> None:
+        """Persist a settlement before it is answered."""
+
+    def _on_expired(self, now: float) -> None:
+        """Persist lease expiries."""
+
+    # -- the data plane -----------------------------------------------------------------------
+
+    async def put_batch(self, blob: bytes) -> list[tuple[int, int]]:
+        """Enqueue a put blob; return ``(first_seq, count)`` per group, in order."""
+        self._start()
+        funcs, groups = decode_put(blob)
+        for g in groups:
+            self._check_sizes(g.offsets)
+        self._funcs.update(funcs)
+        now = self._now()
+        chunks = []
+        for g in groups:
+            offsets = array("I")
+            offsets.frombytes(g.offsets)
+            chunk = self._core.new_chunk(
+                g.count, priority=g.priority, payload=(offsets, g.data), meta=g.meta()
+            )
+            chunks.append((chunk, g.delay_s))
+        self._on_put([c for c, _ in chunks], now)
+        for chunk, delay_s in chunks:
+            self._core.put(chunk, now=now, not_before=now + delay_s if delay_s > 0 else None)
+        if any(d > 0 for _, d in chunks):
+            self._reschedule()
+        self._notify_ready()
+        return [(c.base_seq, c.count) for c, _ in chunks]
+
+    def _check_sizes(self, offsets_bytes: bytes) -> None:
+        offs = array("I")
+        offs.frombytes(offsets_bytes)
+        if len(offs) and offs[-1] - offs[0] > self.max_message_bytes:
+            biggest = max(b - a for a, b in zip(offs, offs[1:]))
+            if biggest > self.max_message_bytes:
+                raise PayloadTooLargeError(biggest, self.max_message_bytes)
+
+    async def get_batch(self, max_items: int, wait_s: float = 0.0) -> bytes | None:
+        """Lease up to ``max_items`` messages; wait up to ``wait_s`` for one to be ready.
+
+        Returns a delivery blob, or ``None`` if nothing became ready in time (or the queue was
+        closed while waiting). Waiting awaits an event set by puts and redeliveries: an idle
+        caller costs one call per ``wait_s``.
+        """
+        self._start()
+        self._get_calls += 1
+        deadline = self._now() + wait_s
+        while True:
+            now = self._now()
+            lease = self._core.get_batch(max_items, now=now)
+            if lease is not None:
+                self._on_lease(lease, now)
+                self._reschedule()
+                return self._encode(lease)
+            remaining = deadline - now
+            if remaining <= 0 or self._closed:
+                return None
+            assert self._ready_event is not None
+            try:
+                await asyncio.wait_for(self._ready_event.wait(), remaining)
+            except asyncio.TimeoutError:
+                return None
+
+    async def get_batch_nowait(self, max_items: int) -> bytes:
+        """Like ``get_batch`` without waiting; raises :class:`QueueEmpty` if nothing is ready."""
+        blob = await self.get_batch(max_items, 0.0)
+        if blob is None:
+            raise QueueEmpty(f"queue {self.index} has no ready message")
+        return blob
+
+    def _encode(self, lease: Lease) -> bytes:
+        segments = []
+        for span in lease.spans:
+            offsets, data = span.chunk.payload
+            kind, digest, type_, key = span.chunk.meta
+            offs = offsets[span.start : span.stop + 1]
+            segments.append(
+                (
+                    span.first_seq,
+                    span.count,
+                    span.attempts,
+                    kind,
+                    digest,
+                    type_,
+                    span.chunk.priority,
+                    key,
+                    offs.tobytes(),
+                    data[offs[0] : offs[-1]],
+                )
+            )
+        return encode_delivery(lease.lease_id, self.index, segments)
+
+    async def settle(self, lease_id: int, blob: bytes) -> tuple[int, int, int, int]:
+        """Ack/nack a lease: ``blob`` says how many ran, which failed, and their results.
+
+        Returns ``(acked, retried, dead, released)``. Raises :class:`LeaseExpiredError` if the
+        lease expired before this call: its messages were redelivered, and this outcome is
+        dropped so that each message has exactly one recorded outcome.
+        """
+        self._start()
+        lease = self._core.lease(lease_id)
+        if lease is None:
+            raise LeaseExpiredError(lease_id)
+        done, errors, fatal, results = decode_settle(blob)
+        now = self._now()
+        self._on_settle(lease, done, errors, now)
+        s = self._core.settle(lease_id, done=done, errors=errors, fatal=fatal, now=now)
+        if results is not None and done:
+            ranges = _ran_ranges(lease, done)
+            self._results.append((self.index, ranges, sorted(errors), results, None))
+        if s.n_retried:
+            self._reschedule()
+        if s.n_released:
+            self._notify_ready()
+        return s.n_acked, s.n_retried, s.n_dead, s.n_released
+
+    async def record_outcomes(self, ranges: list[tuple[int, int]], errors: dict[int, bytes], results: bytes) -> None:
+        """Store the outcomes of early-acked messages (already settled; failures are final)."""
+        self._start()
+        self._results.append((self.index, ranges, sorted(errors), results, errors))
+
+    async def extend(self, lease_ids: list[int]) -> list[int]:
+        """Extend live leases by ``lease_timeout_s`` from now; return the ids no longer held."""
+        self._start()
+        return self._core.extend(lease_ids, now=self._now())
+
+    # -- functions, results, dead letters -----------------------------------------------------
+
+    async def get_functions(self, digests: list[bytes]) -> dict[bytes, bytes]:
+        """The pickled functions with these digests (those this queue knows)."""
+        return {d: self._funcs[d] for d in digests if d in self._funcs}
+
+    async def fetch_results(self, cursor: int) -> tuple[int, bytes]:
+        """Records from ``cursor`` on, and the next cursor; drops the records before ``cursor``.
+
+        Each record is ``(queue_index, [(first_seq, count), ...], failed_positions, results,
+        final_errors)`` where ``results`` is the consumer's pickled list, one entry per message
+        that ran, and ``final_errors`` maps positions to errors of early-acked messages (whose
+        failures are final; late-acked failures are retried and reach ``fetch_dead`` instead).
+        """
+        drop = max(0, min(cursor - self._results_base, len(self._results)))
+        if drop:
+            del self._results[:drop]
+            self._results_base += drop
+        end = self._results_base + len(self._results)
+        return end, pickle.dumps(self._results, PROTOCOL)
+
+    async def fetch_dead(self, cursor: int) -> tuple[int, list[tuple[int, int, bytes, Any]]]:
+        """Dead letters from index ``cursor`` on: ``(seq, attempts, error, meta)`` each."""
+        dead = self._core.dead[cursor:]
+        return cursor + len(dead), [(d.seq, d.attempts, d.error, d.chunk.meta) for d in dead]
+
+    async def stats(self) -> QueueStats:
+        s = self._core.stats()
+        return QueueStats(
+            index=self.index,
+            kind=self.kind,
+            ready=s.ready,
+            delayed=s.delayed,
+            leased=s.leased,
+            dead=s.dead,
+            total_put=s.total_put,
+            total_acked=s.total_acked,
+            total_retried=s.total_retried,
+            total_expired=s.total_expired,
+            get_calls=self._get_calls,
+            closed=self._closed,
+        )
+
+    async def close(self) -> None:
+        """Refuse further calls, wake every waiter, stop the sweeper. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._sweeper is not None:
+            assert self._timer_changed is not None
+            self._timer_changed.set()
+            self._notify_ready()
+            await self._sweeper
+            self._sweeper = None
+
+
+def _ran_ranges(lease: Lease, done: int) -> list[tuple[int, int]]:
+    """``(first_seq, count)`` of the first ``done`` messages of ``lease``, in order."""
+    ranges = []
+    left = done
+    for span in lease.spans:
+        if left <= 0:
+            break
+        n = min(span.count, left)
+        ranges.append((span.first_seq, n))
+        left -= n
+    return ranges

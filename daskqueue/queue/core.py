@@ -1,0 +1,460 @@
+"""The queue core: a pure state machine for the message lifecycle.
+
+No Dask, no clock reads, no I/O: every method that depends on time takes ``now`` (seconds,
+any monotonic origin), and randomness (backoff jitter) comes from a seeded ``random.Random``.
+Actor shells (``TransientQueue``, ``DurableQueue``) add the clock, the timers, the waiters and
+storage around one instance.
+
+Lifecycle of a message::
+
+    put -> READY --get_batch--> LEASED(deadline) --settle(done)--> ACKED
+                                  |  settle(error) / lease expired: attempts += 1
+                                  v
+                 DELAYED(not_before = now + backoff) --due--> READY
+                 ...or DEAD (dead-letter list, with its last error) once attempts > max_retries
+           LEASED --settle(released: fetched, never started)--> READY (front, attempts unchanged)
+
+Messages are kept in **spans**: a run of consecutive messages of one put batch (a *chunk*).
+A put of 10,000 messages is one span; ``get_batch`` splits spans, so the per-message cost on
+the hot path is zero and memory per waiting message is its payload plus a 4-byte offset.
+
+Not thread-safe: the owner (an actor on one event loop) serialises calls.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from daskqueue.queue.backoff import compute_backoff
+
+__all__ = ["Chunk", "Span", "Lease", "DeadLetter", "QueueCore", "CoreStats", "LEASE_EXPIRED"]
+
+#: The error recorded for a message whose lease ran out.
+LEASE_EXPIRED = b"daskqueue.LeaseExpired\x00the lease expired before the message was settled\x00"
+
+
+@dataclass(slots=True, eq=False)
+class Chunk:
+    """The messages of one put: ``count`` messages with sequence numbers from ``base_seq``.
+
+    ``payload`` and ``meta`` are opaque to the core (the shell stores the bytes and offsets
+    there); ``priority`` orders delivery, higher first.
+    """
+
+    base_seq: int
+    count: int
+    priority: int = 0
+    payload: Any = None
+    meta: Any = None
+
+
+@dataclass(slots=True, eq=False)
+class Span:
+    """Messages ``start <= i < stop`` of ``chunk``, which share ``attempts``."""
+
+    chunk: Chunk
+    start: int
+    stop: int
+    attempts: int = 0
+
+    @property
+    def count(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def first_seq(self) -> int:
+        return self.chunk.base_seq + self.start
+
+    def split(self, n: int) -> tuple[Span, Span]:
+        """Return the first ``n`` messages and the rest, as two new spans."""
+        cut = self.start + n
+        return (
+            Span(self.chunk, self.start, cut, self.attempts),
+            Span(self.chunk, cut, self.stop, self.attempts),
+        )
+
+
+@dataclass(slots=True, eq=False)
+class Lease:
+    """A delivery: the spans handed to one consumer, held until ``deadline``."""
+
+    lease_id: int
+    spans: list[Span]
+    deadline: float
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message that failed more than ``max_retries`` times, with its last error."""
+
+    seq: int
+    chunk: Chunk
+    index: int
+    attempts: int
+    error: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What ``settle`` did: the acked spans (in lease order) and the counts per outcome."""
+
+    acked: list[Span]
+    n_acked: int
+    n_retried: int
+    n_dead: int
+    n_released: int
+
+
+@dataclass(frozen=True, slots=True)
+class CoreStats:
+    """Counts of messages per state, and lifetime totals."""
+
+    ready: int
+    delayed: int
+    leased: int
+    leases: int
+    dead: int
+    total_put: int
+    total_acked: int
+    total_retried: int
+    total_expired: int
+
+    @property
+    def pending(self) -> int:
+        """Messages not yet settled: ready, delayed or leased."""
+        return self.ready + self.delayed + self.leased
+
+
+@dataclass(slots=True)
+class _Counters:
+    ready: int = 0
+    delayed: int = 0
+    leased: int = 0
+    total_put: int = 0
+    total_acked: int = 0
+    total_retried: int = 0
+    total_expired: int = 0
+
+
+class QueueCore:
+    """The lifecycle of the messages of one queue (see the module docstring).
+
+    Parameters (keyword-only): ``lease_timeout_s`` (> 0), ``max_retries`` (>= 0), the backoff
+    ``retry_backoff_base_s`` / ``retry_backoff_max_s`` / ``retry_backoff_jitter``, and ``seed``
+    for the jitter's random generator.
+    """
+
+    def __init__(
+        self,
+        *,
+        lease_timeout_s: float,
+        max_retries: int,
+        retry_backoff_base_s: float = 0.05,
+        retry_backoff_max_s: float = 30.0,
+        retry_backoff_jitter: float = 0.5,
+        seed: int | None = None,
+    ) -> None:
+        if not lease_timeout_s > 0:
+            raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s!r}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
+        self.lease_timeout_s = lease_timeout_s
+        self.max_retries = max_retries
+        self._backoff = (retry_backoff_base_s, retry_backoff_max_s, retry_backoff_jitter)
+        self._rng = random.Random(seed)
+        self._next_seq = 0
+        self._lease_ids = itertools.count(1)
+        self._ticket = itertools.count()  # tie-breaker for heaps
+        self._ready: dict[int, deque[Span]] = {}  # priority -> spans, FIFO within a priority
+        self._priorities: list[int] = []  # keys of _ready, highest first
+        self._delayed: list[tuple[float, int, Span]] = []  # heap by not_before
+        self._leases: dict[int, Lease] = {}
+        self._deadlines: list[tuple[float, int]] = []  # heap of (deadline, lease_id), lazy
+        self.dead: list[DeadLetter] = []
+        self._n = _Counters()
+
+    # -- put ------------------------------------------------------------------------------
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next put message will get."""
+        return self._next_seq
+
+    def new_chunk(self, count: int, *, priority: int = 0, payload: Any = None, meta: Any = None) -> Chunk:
+        """Allocate ``count`` sequence numbers for a put (call ``put`` with the chunk next)."""
+        if count <= 0:
+            raise ValueError(f"a chunk holds at least one message, got count={count}")
+        chunk = Chunk(self._next_seq, count, priority, payload, meta)
+        self._next_seq += count
+        return chunk
+
+    def put(self, chunk: Chunk, *, now: float, not_before: float | None = None) -> None:
+        """Make every message of ``chunk`` ready (or delayed until ``not_before``)."""
+        if chunk.base_seq + chunk.count > self._next_seq:
+            raise ValueError("chunk was not allocated by new_chunk")
+        self._n.total_put += chunk.count
+        span = Span(chunk, 0, chunk.count, 0)
+        if not_before is not None and not_before > now:
+            self._delay(span, not_before)
+        else:
+            self._push_ready(span)
+
+    # -- get ------------------------------------------------------------------------------
+
+    def has_ready(self, now: float) -> bool:
+        """True if a ``get_batch(now=now)`` would return a lease."""
+        self._promote_due(now)
+        return self._n.ready > 0
+
+    def get_batch(self, max_items: int, *, now: float) -> Lease | None:
+        """Lease up to ``max_items`` ready messages, highest priority first, FIFO within one.
+
+        Returns ``None`` when nothing is ready. The lease expires at ``now + lease_timeout_s``.
+        """
+        if max_items <= 0:
+            raise ValueError(f"max_items must be > 0, got {max_items!r}")
+        self._promote_due(now)
+        if self._n.ready == 0:
+            return None
+        spans: list[Span] = []
+        want = max_items
+        while want and self._priorities:
+            prio = self._priorities[0]
+            dq = self._ready[prio]
+            while want and dq:
+                span = dq.popleft()
+                if span.count > want:
+                    span, rest = span.split(want)
+                    dq.appendleft(rest)
+                spans.append(span)
+                want -= span.count
+            if not dq:
+                del self._ready[prio]
+                self._priorities.pop(0)
+        taken = max_items - want
+        self._n.ready -= taken
+        self._n.leased += taken
+        lease = Lease(next(self._lease_ids), spans, now + self.lease_timeout_s, taken)
+        self._leases[lease.lease_id] = lease
+        heapq.heappush(self._deadlines, (lease.deadline, lease.lease_id))
+        return lease
+
+    # -- settle ---------------------------------------------------------------------------
+
+    def settle(
+        self,
+        lease_id: int,
+        *,
+        done: int,
+        errors: dict[int, bytes] | None = None,
+        fatal: frozenset[int] | set[int] = frozenset(),
+        now: float,
+    ) -> Settlement:
+        """Settle a lease: messages ``[0, done)`` ran, the rest are released unstarted.
+
+        ``errors`` maps a position in the lease (``< done``) to the error of a failed run: that
+        message is retried after a backoff, or dead-lettered once its attempts exceed
+        ``max_retries`` (at once if the position is in ``fatal``). The other ran messages are
+        acked; released ones go back to the front of the ready queue, attempts unchanged.
+        Raises ``KeyError`` if the lease is unknown (expired or already settled).
+        """
+        lease = self._leases.pop(lease_id)
+        errors = errors or {}
+        if not 0 <= done <= lease.count:
+            self._leases[lease_id] = lease
+            raise ValueError(f"done={done} outside 0..{lease.count}")
+        bad = [i for i in errors if not 0 <= i < done]
+        if bad:
+            self._leases[lease_id] = lease
+            raise ValueError(f"error positions {bad[:5]} outside the {done} messages that ran")
+        self._n.leased -= lease.count
+        acked: list[Span] = []
+        released: list[Span] = []
+        n_retried = n_dead = 0
+        pos = 0
+        for span in lease.spans:
+            end = pos + span.count
+            if end <= done:
+                ran, rest = span, None
+            elif pos >= done:
+                ran, rest = None, span
+            else:
+                ran, rest = span.split(done - pos)
+            if rest is not None:
+                released.append(rest)
+            if ran is not None:
+                r, d = self._settle_ran(ran, pos, errors, fatal, acked, now)
+                n_retried += r
+                n_dead += d
+            pos = end
+        for span in reversed(released):
+            self._push_ready(span, front=True)
+        n_released = sum(s.count for s in released)
+        n_acked = done - n_retried - n_dead
+        self._n.total_acked += n_acked
+        return Settlement(acked, n_acked, n_retried, n_dead, n_released)
+
+    def _settle_ran(
+        self,
+        span: Span,
+        pos: int,
+        errors: dict[int, bytes],
+        fatal: frozenset[int] | set[int],
+        acked: list[Span],
+        now: float,
+    ) -> tuple[int, int]:
+        """Ack ``span`` (at lease position ``pos``) except its failed messages; count outcomes."""
+        failed = sorted(p - pos for p in errors if pos <= p < pos + span.count) if errors else []
+        n_retried = n_dead = 0
+        cursor = span.start
+        for offset in failed:
+            i = span.start + offset
+            if i > cursor:
+                acked.append(Span(span.chunk, cursor, i, span.attempts))
+            one = Span(span.chunk, i, i + 1, span.attempts)
+            if self._fail(one, errors[pos + offset], now, fatal=(pos + offset) in fatal):
+                n_dead += 1
+            else:
+                n_retried += 1
+            cursor = i + 1
+        if cursor < span.stop:
+            acked.append(Span(span.chunk, cursor, span.stop, span.attempts))
+        return n_retried, n_dead
+
+    def _fail(self, span: Span, error: bytes, now: float, *, fatal: bool = False) -> bool:
+        """Retry ``span`` after a backoff, or dead-letter it; return True if dead-lettered."""
+        attempts = span.attempts + 1
+        if fatal or attempts > self.max_retries:
+            for i in range(span.start, span.stop):
+                self.dead.append(DeadLetter(span.chunk.base_seq + i, span.chunk, i, attempts, error))
+            return True
+        base_s, max_s, jitter = self._backoff
+        delay = compute_backoff(attempts, base_s=base_s, max_s=max_s, jitter=jitter, rng=self._rng)
+        self._n.total_retried += span.count
+        self._delay(Span(span.chunk, span.start, span.stop, attempts), now + delay)
+        return False
+
+    # -- leases ---------------------------------------------------------------------------
+
+    def extend(self, lease_ids: list[int], *, now: float) -> list[int]:
+        """Push the deadline of each live lease to ``now + lease_timeout_s``; return unknown ids."""
+        unknown = []
+        deadline = now + self.lease_timeout_s
+        for lease_id in lease_ids:
+            lease = self._leases.get(lease_id)
+            if lease is None:
+                unknown.append(lease_id)
+            elif deadline > lease.deadline:
+                lease.deadline = deadline
+                heapq.heappush(self._deadlines, (deadline, lease_id))
+        return unknown
+
+    def expire(self, *, now: float) -> int:
+        """Take back every lease whose deadline is ``<= now``; return how many messages."""
+        n = 0
+        while self._deadlines and self._deadlines[0][0] <= now:
+            deadline, lease_id = heapq.heappop(self._deadlines)
+            lease = self._leases.get(lease_id)
+            if lease is None or lease.deadline != deadline:
+                continue  # settled already, or extended (a later heap entry stands for it)
+            del self._leases[lease_id]
+            self._n.leased -= lease.count
+            self._n.total_expired += lease.count
+            for span in lease.spans:
+                self._fail(span, LEASE_EXPIRED, now)
+            n += lease.count
+        return n
+
+    def lease(self, lease_id: int) -> Lease | None:
+        """The live lease with this id, or None if it expired or was settled."""
+        return self._leases.get(lease_id)
+
+    def next_wakeup(self) -> float | None:
+        """The earliest time a lease may expire or a delayed message becomes due, if any."""
+        times = []
+        while self._deadlines:
+            deadline, lease_id = self._deadlines[0]
+            lease = self._leases.get(lease_id)
+            if lease is not None and lease.deadline == deadline:
+                times.append(deadline)
+                break
+            heapq.heappop(self._deadlines)  # stale entry
+        if self._delayed:
+            times.append(self._delayed[0][0])
+        return min(times) if times else None
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _push_ready(self, span: Span, *, front: bool = False) -> None:
+        prio = span.chunk.priority
+        dq = self._ready.get(prio)
+        if dq is None:
+            dq = self._ready[prio] = deque()
+            self._priorities.append(prio)
+            self._priorities.sort(reverse=True)
+        if front:
+            dq.appendleft(span)
+        else:
+            dq.append(span)
+        self._n.ready += span.count
+
+    def _delay(self, span: Span, not_before: float) -> None:
+        heapq.heappush(self._delayed, (not_before, next(self._ticket), span))
+        self._n.delayed += span.count
+
+    def _promote_due(self, now: float) -> None:
+        while self._delayed and self._delayed[0][0] <= now:
+            _, _, span = heapq.heappop(self._delayed)
+            self._n.delayed -= span.count
+            self._push_ready(span)
+
+    # -- inspection -----------------------------------------------------------------------
+
+    def stats(self) -> CoreStats:
+        n = self._n
+        return CoreStats(
+            ready=n.ready,
+            delayed=n.delayed,
+            leased=n.leased,
+            leases=len(self._leases),
+            dead=len(self.dead),
+            total_put=n.total_put,
+            total_acked=n.total_acked,
+            total_retried=n.total_retried,
+            total_expired=n.total_expired,
+        )
+
+    def validate(self) -> None:
+        """Check every invariant; raise ``AssertionError`` naming the first that fails."""
+        n = self._n
+        ready = sum(s.count for dq in self._ready.values() for s in dq)
+        assert ready == n.ready, f"ready count {n.ready} != {ready} in spans"
+        assert all(self._ready[p] for p in self._priorities), "empty priority deque kept"
+        assert sorted(self._ready, reverse=True) == self._priorities, "priority order broken"
+        delayed = sum(s.count for _, _, s in self._delayed)
+        assert delayed == n.delayed, f"delayed count {n.delayed} != {delayed} in heap"
+        leased = sum(lease.count for lease in self._leases.values())
+        assert leased == n.leased, f"leased count {n.leased} != {leased} in leases"
+        for lease in self._leases.values():
+            assert lease.count == sum(s.count for s in lease.spans), "lease count != its spans"
+            assert (lease.deadline, lease.lease_id) in self._deadlines, "lease missing from heap"
+        spans = [s for dq in self._ready.values() for s in dq]
+        spans += [s for _, _, s in self._delayed]
+        spans += [s for lease in self._leases.values() for s in lease.spans]
+        for s in spans:
+            assert 0 <= s.start < s.stop <= s.chunk.count, f"bad span {s.start}..{s.stop}"
+            assert 0 <= s.attempts <= self.max_retries, f"span attempts {s.attempts}"
+        seqs = [s.chunk.base_seq + i for s in spans for i in range(s.start, s.stop)]
+        seqs += [d.seq for d in self.dead]
+        assert len(seqs) == len(set(seqs)), "a message is in two places"
+        settled = n.total_acked + len(self.dead)
+        assert n.total_put == settled + n.ready + n.delayed + n.leased, (
+            f"put {n.total_put} != acked+dead {settled} + ready {n.ready} + delayed "
+            f"{n.delayed} + leased {n.leased}"
+        )

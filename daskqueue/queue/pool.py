@@ -1,0 +1,385 @@
+"""``QueuePool``: the client-side handle of a pool of queue actors.
+
+The handle caches the queue actors' handles and sends batches straight to them, round-robin;
+the pool actor (control plane) is asked once, at creation.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import logging
+import time
+import uuid
+from typing import Any, Callable, Iterable, Literal, Sequence
+
+from distributed import Client
+
+from daskqueue import defaults
+from daskqueue.errors import (
+    ConfigurationError,
+    InvalidTaskError,
+    JoinTimeoutError,
+    QueueClosedError,
+)
+from daskqueue.messages import MAX_QUEUES, Kind, make_id
+from daskqueue.queue.base import QueueStats
+from daskqueue.queue.pool_actor import QueuePoolActor
+from daskqueue.queue.transient import TransientQueue
+from daskqueue.results import MapClaim, ResultCollector
+from daskqueue.serialize import Group, PickledFunction, encode_put, pack_payloads, pickle_function
+
+__all__ = ["QueuePool"]
+
+logger = logging.getLogger("daskqueue")
+
+Durability = Literal["transient", "durable"]
+
+
+def _positive(name: str, value: Any, *, allow_zero: bool = False, integer: bool = False) -> None:
+    kind_ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not kind_ok or value < 0 or (value == 0 and not allow_zero):
+        need = ">= 0" if allow_zero else "> 0"
+        raise ConfigurationError(f"{name} must be {'an integer' if integer else 'a number'} {need}, got {value!r}")
+
+
+class QueuePool:
+    """A pool of ``n_queues`` queue actors on the cluster of ``client``.
+
+    Messages are routed round-robin, one put batch (``put_batch_size`` messages) at a time.
+    Every submission returns message ids; results and failures come back through
+    ``ConsumerPool.results()`` / ``failures()`` (or as the return value of :meth:`map`).
+
+    Parameters (all but ``client`` and ``n_queues`` keyword-only):
+
+    * ``durability``: ``"transient"`` (in worker memory, lost with the worker).
+    * ``lease_timeout_s`` (default 30): how long a delivered message may stay unsettled
+      before it is redelivered; consumers extend the leases of work they are running.
+    * ``max_retries`` (default 3): failed runs retried before a message is dead-lettered.
+    * ``retry_backoff_base_s`` / ``retry_backoff_max_s``: exponential backoff between retries.
+    * ``max_message_bytes`` (default 64 MiB): largest pickled task or item.
+    * ``put_batch_size`` (default 20,000): messages per ``put_batch`` call.
+
+    Thread safety: use one ``QueuePool`` from one thread at a time.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        n_queues: int = 1,
+        *,
+        durability: Durability = "transient",
+        lease_timeout_s: float = defaults.LEASE_TIMEOUT_S,
+        max_retries: int = defaults.MAX_RETRIES,
+        retry_backoff_base_s: float = defaults.RETRY_BACKOFF_BASE_S,
+        retry_backoff_max_s: float = defaults.RETRY_BACKOFF_MAX_S,
+        max_message_bytes: int = defaults.MAX_MESSAGE_BYTES,
+        put_batch_size: int = defaults.PUT_BATCH_MESSAGES,
+        name: str | None = None,
+    ) -> None:
+        if not isinstance(client, Client):
+            raise ConfigurationError(f"client must be a distributed.Client, got {type(client).__name__}")
+        _positive("n_queues", n_queues, integer=True)
+        if n_queues > MAX_QUEUES:
+            raise ConfigurationError(f"n_queues must be <= {MAX_QUEUES}, got {n_queues}")
+        if durability != "transient":
+            raise ConfigurationError(f"durability must be 'transient', got {durability!r}")
+        _positive("lease_timeout_s", lease_timeout_s)
+        _positive("max_retries", max_retries, allow_zero=True, integer=True)
+        _positive("retry_backoff_base_s", retry_backoff_base_s, allow_zero=True)
+        _positive("retry_backoff_max_s", retry_backoff_max_s, allow_zero=True)
+        _positive("max_message_bytes", max_message_bytes, integer=True)
+        _positive("put_batch_size", put_batch_size, integer=True)
+        self.client = client
+        self.n_queues = n_queues
+        self.durability = durability
+        self.name = name or f"queuepool-{uuid.uuid4().hex[:8]}"
+        self.lease_timeout_s = float(lease_timeout_s)
+        self.max_message_bytes = max_message_bytes
+        self.put_batch_size = put_batch_size
+        config = dict(
+            lease_timeout_s=lease_timeout_s,
+            max_retries=max_retries,
+            retry_backoff_base_s=retry_backoff_base_s,
+            retry_backoff_max_s=retry_backoff_max_s,
+            max_message_bytes=max_message_bytes,
+        )
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        if not workers:
+            raise ConfigurationError("the client's cluster has no workers")
+        self._pool_future = client.submit(QueuePoolActor, self.name, config, actor=True, pure=False)
+        self._queue_futures = [
+            client.submit(
+                TransientQueue, i, **config, actor=True, pure=False,
+                workers=[workers[i % len(workers)]], allow_other_workers=True,
+            )
+            for i in range(n_queues)
+        ]
+        self._actor = self._pool_future.result()
+        self.queues = [f.result() for f in self._queue_futures]
+        self._actor.register(self.queues).result()
+        self._rr = itertools.count()
+        self._sent_funcs: list[set[bytes]] = [set() for _ in range(n_queues)]
+        self._collector = ResultCollector(self.queues)
+        self._closed = False
+        self.submitted = 0
+        logger.info("%r started", self)
+
+    # -- representation -----------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<QueuePool {self.name!r}: {self.n_queues} {self.durability} queues, {state}>"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{s.index}</td><td>{s.ready:,}</td><td>{s.delayed:,}</td><td>{s.leased:,}</td>"
+            f"<td>{s.total_acked:,}</td><td>{s.dead:,}</td></tr>"
+            for s in (self.stats() if not self._closed else [])
+        )
+        return (
+            f"<div><strong>QueuePool</strong> {html.escape(self.name)}: {self.n_queues} "
+            f"{self.durability} queues{' (closed)' if self._closed else ''}"
+            "<table><tr><th>queue</th><th>ready</th><th>delayed</th><th>leased</th>"
+            f"<th>acked</th><th>dead</th></tr>{rows}</table></div>"
+        )
+
+    # -- submitting tasks ---------------------------------------------------------------------
+
+    def submit(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+        """Enqueue ``func(*args, **kwargs)``; return its task id."""
+        return self._submit_calls([(func, args, kwargs)])[0]
+
+    def batch_submit(
+        self,
+        tasks: Iterable[Sequence[Any]],
+        *,
+        type: str | None = None,
+        priority: int = 0,
+        key: str | None = None,
+        delay_s: float = 0.0,
+    ) -> list[int]:
+        """Enqueue tasks given as tuples ``(func, *args)``; return their ids, in order.
+
+        Every task is validated and pickled before anything is sent: an unpicklable or
+        non-callable task raises (naming its index) and enqueues nothing. Each distinct
+        function is pickled once per call.
+        """
+        calls = []
+        for i, task in enumerate(tasks):
+            if not isinstance(task, (tuple, list)) or not task:
+                raise InvalidTaskError(f"task {i} must be a tuple (func, *args), got {task!r:.80}")
+            calls.append((task[0], tuple(task[1:]), None))
+        return self._submit_calls(calls, type=type, priority=priority, key=key, delay_s=delay_s)
+
+    def map(
+        self,
+        func: Callable[..., Any],
+        iterable: Iterable[Any],
+        *,
+        progress: bool = False,
+        timeout_s: float | None = None,
+        errors: Literal["raise", "return"] = "raise",
+        priority: int = 0,
+        type: str | None = None,
+    ) -> list[Any]:
+        """Run ``func(x)`` for each ``x`` on the cluster; return the results in input order.
+
+        Needs a started ``ConsumerPool`` on this pool. ``progress=True`` shows a tqdm bar with
+        done / failed / rate. A task that fails on its last retry: with ``errors="raise"`` the
+        first such :class:`RemoteTaskError` (by input position) is raised once every task is
+        settled; with ``errors="return"`` it takes the task's place in the list. Raises
+        :class:`JoinTimeoutError` after ``timeout_s``.
+        """
+        if errors not in ("raise", "return"):
+            raise ConfigurationError(f"errors must be 'raise' or 'return', got {errors!r}")
+        self._check_open()
+        items = list(iterable)
+        pickled = pickle_function(func)
+        claim = MapClaim(len(items))
+        blobs = []
+        for lo in range(0, len(items), self.put_batch_size):
+            chunk = items[lo : lo + self.put_batch_size]
+            offsets, data = pack_payloads(
+                [(x,) for x in chunk], max_message_bytes=self.max_message_bytes, first_index=lo
+            )
+            group = Group(Kind.CALL, pickled.digest, type, priority, None, 0.0, len(chunk), offsets, data)
+            blobs.append(([group], {pickled.digest: pickled.data}, [list(range(lo, lo + len(chunk)))]))
+        try:
+            self._send(blobs, claim=claim)
+            return self._wait_map(claim, progress=progress, timeout_s=timeout_s, errors=errors)
+        finally:
+            self._collector.release(claim)
+
+    def _wait_map(
+        self, claim: MapClaim, *, progress: bool, timeout_s: float | None, errors: str
+    ) -> list[Any]:
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=claim.n, unit="task", desc="daskqueue")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            shown = 0
+            while not claim.complete:
+                if self._collector.poll() == 0:
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise JoinTimeoutError(
+                            timeout_s or 0.0,
+                            {"done": claim.settled - len(claim.failures), "failed": len(claim.failures),
+                             "pending": claim.n - claim.settled},
+                        )
+                    time.sleep(defaults.POLL_INTERVAL_S)
+                if bar is not None and claim.settled > shown:
+                    bar.update(claim.settled - shown)
+                    bar.set_postfix(failed=len(claim.failures), refresh=False)
+                    shown = claim.settled
+        finally:
+            if bar is not None:
+                bar.close()
+        if claim.failures:
+            if errors == "raise":
+                raise claim.failures[min(claim.failures)]
+            for position, error in claim.failures.items():
+                claim.values[position] = error
+        return claim.values
+
+    # -- raw items ----------------------------------------------------------------------------
+
+    def put(self, item: Any, *, type: str | None = None, priority: int = 0, key: str | None = None,
+            delay_s: float = 0.0) -> int:
+        """Enqueue one raw item for a custom consumer; return its message id."""
+        return self.put_many([item], type=type, priority=priority, key=key, delay_s=delay_s)[0]
+
+    def put_many(self, items: Iterable[Any], *, type: str | None = None, priority: int = 0,
+                 key: str | None = None, delay_s: float = 0.0) -> list[int]:
+        """Enqueue raw items (each pickled on its own) for a custom consumer; return their ids."""
+        self._check_open()
+        self._check_options(priority, delay_s)
+        items = list(items)
+        blobs = []
+        for lo in range(0, len(items), self.put_batch_size):
+            chunk = items[lo : lo + self.put_batch_size]
+            offsets, data = pack_payloads(
+                chunk, max_message_bytes=self.max_message_bytes, what="item", first_index=lo
+            )
+            group = Group(Kind.RAW, None, type, priority, key, float(delay_s), len(chunk), offsets, data)
+            blobs.append(([group], {}, [list(range(lo, lo + len(chunk)))]))
+        return self._send(blobs, n=len(items))
+
+    # -- encoding and sending -----------------------------------------------------------------
+
+    def _submit_calls(
+        self,
+        calls: list[tuple[Any, tuple[Any, ...], dict[str, Any] | None]],
+        *,
+        type: str | None = None,
+        priority: int = 0,
+        key: str | None = None,
+        delay_s: float = 0.0,
+    ) -> list[int]:
+        self._check_open()
+        self._check_options(priority, delay_s)
+        blobs = []
+        functions: dict[Any, PickledFunction] = {}
+        for lo in range(0, len(calls), self.put_batch_size):
+            blobs.append(self._encode_calls(calls, lo, functions, type, priority, key, float(delay_s)))
+        return self._send(blobs, n=len(calls))
+
+    def _encode_calls(self, calls, lo, functions, type, priority, key, delay_s):  # type: ignore[no-untyped-def]
+        """One put blob's groups for ``calls[lo : lo + put_batch_size]``, one group per kind
+        and function; also returns the input positions of each group's messages."""
+        by_group: dict[tuple[int, bytes], tuple[list[int], list[Any]]] = {}
+        funcs: dict[bytes, bytes] = {}
+        for i in range(lo, min(lo + self.put_batch_size, len(calls))):
+            func, args, kwargs = calls[i]
+            fkey: Any = func if getattr(func, "__hash__", None) else id(func)
+            pickled = functions.get(fkey)
+            if pickled is None:
+                pickled = functions[fkey] = pickle_function(func, index=i if len(calls) > 1 else None)
+            funcs[pickled.digest] = pickled.data
+            kind = Kind.CALL_KW if kwargs else Kind.CALL
+            positions, payloads = by_group.setdefault((kind, pickled.digest), ([], []))
+            positions.append(i)
+            payloads.append((args, kwargs) if kwargs else args)
+        groups, positions_per_group = [], []
+        for (kind, digest), (positions, payloads) in by_group.items():
+            offsets, data = self._pack(payloads, positions, single=len(calls) == 1)
+            groups.append(Group(kind, digest, type, priority, key, delay_s, len(positions), offsets, data))
+            positions_per_group.append(positions)
+        return groups, funcs, positions_per_group
+
+    def _pack(self, payloads: list[Any], positions: list[int], *, single: bool) -> tuple[bytes, bytes]:
+        from daskqueue.errors import PayloadTooLargeError, SerializationError
+
+        try:
+            return pack_payloads(payloads, max_message_bytes=self.max_message_bytes)
+        except SerializationError as e:
+            index = None if single or e.index is None else positions[e.index]
+            where = "" if index is None else f" of task {index}"
+            raise SerializationError(f"cannot pickle the arguments{where}: {e.__cause__}", index=index) from e.__cause__
+        except PayloadTooLargeError as e:
+            index = None if single or e.index is None else positions[e.index]
+            raise PayloadTooLargeError(e.size, e.limit, index=index) from None
+
+    def _send(self, blobs: list[tuple[list[Group], dict[bytes, bytes], list[list[int]]]], *,
+              n: int = 0, claim: MapClaim | None = None) -> list[int]:
+        """Send every encoded batch (all encoded before any is sent), round-robin, concurrently."""
+        sends = []
+        for groups, funcs, positions in blobs:
+            q = next(self._rr) % self.n_queues
+            # A function confirmed at a queue is not sent to it again.
+            extra = {d: b for d, b in funcs.items() if d not in self._sent_funcs[q]}
+            sends.append((q, groups, positions, self.queues[q].put_batch(encode_put(groups, extra))))
+        ids = [0] * n
+        for q, groups, positions, future in sends:
+            allocated = future.result()
+            self._sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
+            for (first_seq, count), pos in zip(allocated, positions):
+                if claim is not None:
+                    self._collector.claim(q, first_seq, count, claim, pos[0])
+                else:
+                    for k, p in enumerate(pos):
+                        ids[p] = make_id(q, first_seq + k)
+            self.submitted += sum(g.count for g in groups)
+        return ids
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosedError(f"{self!r} is closed")
+
+    @staticmethod
+    def _check_options(priority: int, delay_s: float) -> None:
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ConfigurationError(f"priority must be an int, got {priority!r}")
+        _positive("delay_s", delay_s, allow_zero=True)
+
+    # -- inspection and lifetime ----------------------------------------------------------------
+
+    def stats(self) -> list[QueueStats]:
+        """A :class:`QueueStats` per queue, in queue order."""
+        futures = [q.stats() for q in self.queues]
+        return [f.result() for f in futures]
+
+    def get_queue_size(self) -> dict[int, int]:
+        """Unsettled messages (ready, delayed or leased) per queue index."""
+        return {s.index: s.pending for s in self.stats()}
+
+    def close(self) -> None:
+        """Close every queue (waiters are woken; later calls raise ``QueueClosedError``)."""
+        if self._closed:
+            return
+        self._closed = True
+        for f in [q.close() for q in self.queues]:
+            try:
+                f.result()
+            except Exception as e:  # a dead worker must not stop the others closing
+                logger.warning("closing a queue failed: %s", e)
+        logger.info("%r closed", self)
+
+    def __enter__(self) -> QueuePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

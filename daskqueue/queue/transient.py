@@ -1,0 +1,23 @@
+"""The in-memory queue actor."""
+
+from __future__ import annotations
+
+from daskqueue.queue.base import QueueActorBase
+
+__all__ = ["TransientQueue"]
+
+
+class TransientQueue(QueueActorBase):
+    """A queue actor that keeps its messages in the memory of its worker.
+
+    Fast and simple; its messages (and results not yet fetched) are lost if its worker dies.
+    Use :class:`DurableQueue` where they must survive.
+
+    Actor methods (all ``async``, on the worker's event loop, never blocking):
+    ``put_batch(blob)``, ``get_batch(max_items, wait_s)``, ``get_batch_nowait(max_items)``,
+    ``settle(lease_id, blob)``, ``extend(lease_ids)``, ``record_outcomes(...)``,
+    ``get_functions(digests)``, ``fetch_results(cursor)``, ``fetch_dead(cursor)``,
+    ``stats()``, ``close()``. Calls after ``close()`` raise :class:`QueueClosedError`.
+    """
+
+    kind = "transient"

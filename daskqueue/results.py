@@ -1,0 +1,162 @@
+"""Client-side collection of results and dead letters from the queues.
+
+Results ride on the consumers' acks into the queue that held the message; the client fetches
+them in bulk with a cursor per queue (fetching with a cursor also lets the queue drop what the
+client has). Ranges of a ``map`` call are *claimed* so that their results land in the map's
+output list by input position instead of in the ``{id: value}`` dict.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import pickle
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from daskqueue.errors import RemoteTaskError, SerializationError
+from daskqueue.messages import decode_error, make_id
+
+__all__ = ["ResultCollector", "MapClaim"]
+
+logger = logging.getLogger("daskqueue")
+
+
+@dataclass(eq=False)
+class MapClaim:
+    """The output of one ``map`` call: values by input position, and failures."""
+
+    n: int
+    values: list[Any] = field(default_factory=list)
+    failures: dict[int, RemoteTaskError] = field(default_factory=dict)
+    settled: int = 0
+
+    def __post_init__(self) -> None:
+        self.values = [None] * self.n
+
+    @property
+    def complete(self) -> bool:
+        return self.settled >= self.n
+
+
+class ResultCollector:
+    """Fetches results and dead letters from every queue of a pool. Thread-safe."""
+
+    def __init__(self, queues: list[Any]) -> None:
+        self._queues = queues
+        self._cursors = [0] * len(queues)
+        self._dead_cursors = [0] * len(queues)
+        # Per queue: sorted first seqs of claimed groups, and (count, claim, first position).
+        self._claim_starts: list[list[int]] = [[] for _ in queues]
+        self._claims: list[list[tuple[int, MapClaim, int]]] = [[] for _ in queues]
+        self.results: dict[int, Any] = {}
+        self.failures: dict[int, RemoteTaskError] = {}
+        self._lock = threading.RLock()
+
+    def claim(self, queue_index: int, first_seq: int, count: int, claim: MapClaim, pos0: int) -> None:
+        """Route the results of messages ``first_seq ..`` of a queue to ``claim``."""
+        with self._lock:
+            starts = self._claim_starts[queue_index]
+            i = bisect.bisect(starts, first_seq)
+            starts.insert(i, first_seq)
+            self._claims[queue_index].insert(i, (count, claim, pos0))
+
+    def release(self, claim: MapClaim) -> None:
+        """Forget the ranges of a finished ``map``."""
+        with self._lock:
+            for q in range(len(self._queues)):
+                keep = [k for k, c in enumerate(self._claims[q]) if c[1] is not claim]
+                self._claim_starts[q] = [self._claim_starts[q][k] for k in keep]
+                self._claims[q] = [self._claims[q][k] for k in keep]
+
+    def poll(self) -> int:
+        """Fetch what every queue has; return how many outcomes arrived."""
+        with self._lock:
+            futures = [
+                (q, queue.fetch_results(self._cursors[q]), queue.fetch_dead(self._dead_cursors[q]))
+                for q, queue in enumerate(self._queues)
+            ]
+            n = 0
+            for q, fr, fd in futures:
+                self._cursors[q], blob = fr.result()
+                n += self._take_results(pickle.loads(blob))
+                self._dead_cursors[q], dead = fd.result()
+                n += self._take_dead(q, dead)
+            return n
+
+    def _owner(self, q: int, seq: int) -> tuple[MapClaim, int] | None:
+        starts = self._claim_starts[q]
+        i = bisect.bisect(starts, seq) - 1
+        if i >= 0:
+            count, claim, pos0 = self._claims[q][i]
+            if seq < starts[i] + count:
+                return claim, pos0 + (seq - starts[i])
+        return None
+
+    def _take_results(self, records: list[tuple[Any, ...]]) -> int:
+        n = 0
+        for q, ranges, failed, blob, final_errors in records:
+            values: list[Any] | None = None
+            error: BaseException | None = None
+            try:
+                values = pickle.loads(blob)
+            except Exception as e:
+                error = e
+            skip = set(failed)
+            pos = 0
+            for first, count in ranges:
+                if values is not None and not (skip and any(pos + k in skip for k in range(count))):
+                    self._succeed_range(q, first, values[pos : pos + count])
+                    n += count
+                    pos += count
+                    continue
+                for k in range(count):
+                    if pos + k in skip:
+                        if final_errors and pos + k in final_errors:
+                            self._fail(q, first + k, final_errors[pos + k], 1)
+                            n += 1
+                    elif values is None:
+                        self._fail_local(q, first + k, error)  # type: ignore[arg-type]
+                        n += 1
+                    else:
+                        self._succeed_range(q, first + k, values[pos + k : pos + k + 1])
+                        n += 1
+                pos += count
+        return n
+
+    def _succeed_range(self, q: int, first: int, values: list[Any]) -> None:
+        """Results of consecutive messages ``first ..`` of queue ``q`` (one put group)."""
+        owner = self._owner(q, first) if self._claim_starts[q] else None
+        if owner is None:
+            self.results.update(zip((make_id(q, s) for s in range(first, first + len(values))), values))
+        else:
+            claim, position = owner
+            claim.values[position : position + len(values)] = values
+            claim.settled += len(values)
+
+    def _fail(self, q: int, seq: int, error: bytes, attempts: int) -> None:
+        exc_type, message, tb = decode_error(error)
+        self._record_failure(q, seq, RemoteTaskError(make_id(q, seq), exc_type, message, tb, attempts))
+
+    def _fail_local(self, q: int, seq: int, cause: BaseException) -> None:
+        err = SerializationError(f"result of task {make_id(q, seq)} cannot be unpickled here: {cause}")
+        err.__cause__ = cause
+        tb = f"{type(cause).__name__}: {cause}"
+        remote = RemoteTaskError(make_id(q, seq), "daskqueue.errors.SerializationError", str(err), tb, 1)
+        remote.__cause__ = err
+        self._record_failure(q, seq, remote)
+
+    def _record_failure(self, q: int, seq: int, error: RemoteTaskError) -> None:
+        owner = self._owner(q, seq) if self._claim_starts[q] else None
+        if owner is None:
+            self.failures[error.task_id] = error
+        else:
+            claim, position = owner
+            claim.failures[position] = error
+            claim.settled += 1
+
+    def _take_dead(self, q: int, dead: list[tuple[int, int, bytes, Any]]) -> int:
+        for seq, attempts, error, _meta in dead:
+            self._fail(q, seq, error, attempts)
+        return len(dead)

@@ -1,0 +1,222 @@
+"""Pickling of functions and payloads, and the blobs that cross actor boundaries.
+
+Every hot-path actor call carries ONE ``bytes`` blob (Dask serialises a list of objects item
+by item, a blob in one copy). A blob is one ``pickle.dumps`` of a flat tuple whose large parts
+are ``bytes``: the payloads of many messages concatenated, with a ``uint32`` offsets array.
+
+Functions are pickled once per call of ``batch_submit``/``map`` (and once per process for
+functions pickled by reference) and named by a 16-byte digest; queues and consumers cache them
+by digest, so a function mapped over a million inputs crosses the wire a handful of times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import pickle
+from array import array
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import cloudpickle
+
+from daskqueue.errors import InvalidTaskError, PayloadTooLargeError, SerializationError
+
+__all__ = [
+    "PickledFunction",
+    "pickle_function",
+    "pack_payloads",
+    "Group",
+    "encode_put",
+    "decode_put",
+    "Segment",
+    "encode_delivery",
+    "decode_delivery",
+    "encode_settle",
+    "decode_settle",
+    "dumps",
+    "loads",
+]
+
+PROTOCOL = pickle.HIGHEST_PROTOCOL
+loads = pickle.loads
+
+
+def dumps(obj: Any) -> bytes:
+    """Pickle ``obj`` with plain pickle, falling back to cloudpickle (lambdas, closures...)."""
+    try:
+        return pickle.dumps(obj, PROTOCOL)
+    except Exception:
+        return cloudpickle.dumps(obj, PROTOCOL)
+
+
+@dataclass(frozen=True, slots=True)
+class PickledFunction:
+    """A function's pickle and the digest that names it."""
+
+    digest: bytes
+    data: bytes
+
+
+def _by_value(func: Callable[..., Any]) -> bool:
+    """True if plain pickle would store ``func`` by a reference the workers cannot resolve."""
+    module = getattr(func, "__module__", None)
+    qualname = getattr(func, "__qualname__", "")
+    return module in (None, "__main__") or "<lambda>" in qualname or "<locals>" in qualname
+
+
+_by_reference_cache: dict[Any, PickledFunction] = {}
+
+
+def pickle_function(func: Callable[..., Any], *, index: int | None = None) -> PickledFunction:
+    """Pickle ``func`` (plain pickle by reference, cloudpickle by value where it must).
+
+    Raises :class:`InvalidTaskError` if ``func`` is not callable and :class:`SerializationError`
+    if neither pickler can serialise it; ``index`` names the task in the caller's batch.
+    """
+    if not callable(func):
+        where = "" if index is None else f" (task {index} of the batch)"
+        raise InvalidTaskError(f"task function {func!r} is not callable{where}")
+    try:
+        cached = _by_reference_cache.get(func)
+    except TypeError:  # unhashable callable object
+        cached = None
+    if cached is not None:
+        return cached
+    by_value = _by_value(func)
+    try:
+        data = cloudpickle.dumps(func, PROTOCOL) if by_value else pickle.dumps(func, PROTOCOL)
+    except Exception as first:
+        try:
+            data = cloudpickle.dumps(func, PROTOCOL)
+            by_value = True
+        except Exception as e:
+            where = "" if index is None else f" (task {index} of the batch)"
+            raise SerializationError(f"cannot pickle function {func!r}{where}: {e}", index=index) from first
+    pickled = PickledFunction(hashlib.blake2b(data, digest_size=16).digest(), data)
+    if not by_value and len(_by_reference_cache) < 4096:
+        try:
+            _by_reference_cache[func] = pickled
+        except TypeError:
+            pass
+    return pickled
+
+
+def pack_payloads(
+    objs: Sequence[Any], *, max_message_bytes: int, what: str = "argument", first_index: int = 0
+) -> tuple[bytes, bytes]:
+    """Pickle each object; return ``(offsets, data)``: uint32 offsets (n+1) and the bytes.
+
+    A failure names the object's index (``first_index`` + position) in a
+    :class:`SerializationError`; an object larger than ``max_message_bytes`` raises
+    :class:`PayloadTooLargeError`. Nothing is sent before everything is packed.
+    """
+    try:
+        pickles = list(map(_fast_dumps, objs))
+    except Exception:
+        pickles = []
+        for i, obj in enumerate(objs):
+            try:
+                pickles.append(dumps(obj))
+            except Exception as e:
+                index = first_index + i
+                raise SerializationError(
+                    f"cannot pickle the {what} of task {index}: {type(e).__name__}: {e}", index=index
+                ) from e
+    sizes = list(map(len, pickles))
+    biggest = max(sizes, default=0)
+    if biggest > max_message_bytes:
+        index = first_index + sizes.index(biggest)
+        raise PayloadTooLargeError(biggest, max_message_bytes, index=index)
+    offsets = array("I", itertools.accumulate(sizes, initial=0)) if sum(sizes) < 2**32 else None
+    if offsets is None:
+        raise PayloadTooLargeError(sum(sizes), 2**32 - 1)
+    return offsets.tobytes(), b"".join(pickles)
+
+
+def _fast_dumps(obj: Any) -> bytes:
+    return pickle.dumps(obj, PROTOCOL)
+
+
+# -- put: client -> queue -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Messages of one put that share kind, function, type, priority, key and delay."""
+
+    kind: int
+    digest: bytes | None
+    type: str | None
+    priority: int
+    key: str | None
+    delay_s: float
+    count: int
+    offsets: bytes
+    data: bytes
+
+    def meta(self) -> tuple[int, bytes | None, str | None, str | None]:
+        return (self.kind, self.digest, self.type, self.key)
+
+
+def encode_put(groups: Iterable[Group], funcs: dict[bytes, bytes]) -> bytes:
+    flat = [
+        (g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, g.count, g.offsets, g.data)
+        for g in groups
+    ]
+    return pickle.dumps((funcs, flat), PROTOCOL)
+
+
+def decode_put(blob: bytes) -> tuple[dict[bytes, bytes], list[Group]]:
+    funcs, flat = pickle.loads(blob)
+    return funcs, [Group(*g) for g in flat]
+
+
+# -- delivery: queue -> consumer ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Consecutive messages of one delivery that come from one put group."""
+
+    first_seq: int
+    count: int
+    attempts: int
+    kind: int
+    digest: bytes | None
+    type: str | None
+    priority: int
+    key: str | None
+    offsets: bytes  # uint32 offsets of the chunk, count + 1 of them, not rebased
+    data: bytes  # the payloads, starting at offsets[0]
+
+    def payloads(self) -> Iterable[bytes]:
+        """Each message's payload bytes, in order."""
+        offs = array("I")
+        offs.frombytes(self.offsets)
+        base = offs[0]
+        data = self.data
+        return (data[a - base : b - base] for a, b in zip(offs, itertools.islice(offs, 1, None)))
+
+
+def encode_delivery(lease_id: int, queue_index: int, segments: list[tuple[Any, ...]]) -> bytes:
+    return pickle.dumps((lease_id, queue_index, segments), PROTOCOL)
+
+
+def decode_delivery(blob: bytes) -> tuple[int, int, list[Segment]]:
+    lease_id, queue_index, segments = pickle.loads(blob)
+    return lease_id, queue_index, [Segment(*s) for s in segments]
+
+
+# -- settle: consumer -> queue --------------------------------------------------------------------
+
+
+def encode_settle(
+    done: int, errors: dict[int, bytes], fatal: set[int], results: bytes | None
+) -> bytes:
+    return pickle.dumps((done, errors, sorted(fatal), results), PROTOCOL)
+
+
+def decode_settle(blob: bytes) -> tuple[int, dict[int, bytes], set[int], bytes | None]:
+    done, errors, fatal, results = pickle.loads(blob)
+    return done, errors, set(fatal), results
