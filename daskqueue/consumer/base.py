@@ -121,6 +121,7 @@ class ConsumerBase:
         self._batches = self._items_done = self._items_failed = 0
         self._refused = self._fetch_calls = 0
         self._per_item_s: float | None = None
+        self._home_idle = False
 
     def __repr__(self) -> str:
         state = "running" if self._loop_task is not None else "stopped"
@@ -222,15 +223,19 @@ class ConsumerBase:
     async def _fetch(self) -> Batch | None:
         """One pass: every queue without waiting, home first; then long-poll the home queue."""
         n = self._batch_size
-        for slot, queue in enumerate(self._queues):
+        # Right after a long poll of the home queue timed out, asking it again is wasted.
+        first = 1 if self._home_idle else 0
+        for slot in range(first, len(self._queues)):
             self._fetch_calls += 1
-            blob = await queue.get_batch(n, 0.0)
+            blob = await self._queues[slot].get_batch(n, 0.0)
             if blob is not None:
+                self._home_idle = False
                 return await self._decode(slot, blob)
             if self._stop_requested:
                 return None
         self._fetch_calls += 1
         blob = await self._queues[0].get_batch(n, self._idle_poll_s)
+        self._home_idle = blob is None
         return None if blob is None else await self._decode(0, blob)
 
     async def _decode(self, slot: int, blob: bytes) -> Batch:

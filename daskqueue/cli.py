@@ -1,0 +1,65 @@
+"""The ``daskqueue`` command line: ``daskqueue demo`` runs tasks through a local cluster."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Sequence
+
+__all__ = ["main"]
+
+
+def _noop(x: int) -> int:
+    return x
+
+
+def _sleep_ms(ms: float) -> None:
+    time.sleep(ms / 1000)
+
+
+def demo(args: argparse.Namespace) -> int:
+    from distributed import Client, LocalCluster
+
+    from daskqueue import ConsumerPool, QueuePool
+
+    print(f"starting a LocalCluster: {args.workers} workers x 1 thread", flush=True)
+    with LocalCluster(
+        n_workers=args.workers, threads_per_worker=1, dashboard_address=None
+    ) as cluster, Client(cluster) as client:
+        queue_pool = QueuePool(client, n_queues=args.workers)
+        consumer_pool = ConsumerPool(client, queue_pool, n_consumers=args.workers)
+        consumer_pool.start()
+        started = time.perf_counter()
+        if args.sleep_ms > 0:
+            results = queue_pool.map(_sleep_ms, [args.sleep_ms] * args.tasks, progress=True)
+        else:
+            results = queue_pool.map(_noop, range(args.tasks), progress=True)
+        elapsed = time.perf_counter() - started
+        consumer_pool.close()
+        queue_pool.close()
+    assert len(results) == args.tasks
+    print(f"{args.tasks:,} tasks in {elapsed:.2f} s: {args.tasks / elapsed:,.0f} tasks/s")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="daskqueue", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log daskqueue at INFO")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("demo", help="run N tasks through queues and consumers on a LocalCluster")
+    p.add_argument("--tasks", type=int, default=1_000_000, help="number of tasks (default 1,000,000)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument("--sleep-ms", type=float, default=0.0, help="each task sleeps this long (default: no-op)")
+    p.set_defaults(func=demo)
+    args = parser.parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO)
+    if getattr(args, "tasks", 1) < 1 or getattr(args, "workers", 1) < 1:
+        parser.error("--tasks and --workers must be >= 1")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Shared fixtures: one real LocalCluster (2 worker processes x 1 thread) per test session.
+
+Tests that kill workers make their own cluster; everything else shares this one and closes the
+pools it creates.
+"""
+
+from __future__ import annotations
+
+import pytest
+from distributed import Client, LocalCluster
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def client(cluster):
+    with Client(cluster) as client:
+        yield client
+
+
+@pytest.fixture
+def pools(client):
+    """Create pools with ``pools.queue(...)`` / ``pools.consumer(...)``; closed after the test."""
+    from daskqueue import ConsumerPool, QueuePool
+
+    class Pools:
+        def __init__(self):
+            self.made = []
+
+        def queue(self, n_queues=2, **kwargs):
+            qp = QueuePool(client, n_queues, **kwargs)
+            self.made.append(qp)
+            return qp
+
+        def consumer(self, queue_pool, **kwargs):
+            cp = ConsumerPool(client, queue_pool, **kwargs)
+            self.made.append(cp)
+            return cp
+
+    p = Pools()
+    yield p
+    for pool in reversed(p.made):
+        try:
+            pool.close()
+        except Exception:
+            pass

@@ -1,0 +1,214 @@
+"""ConsumerPool + QueuePool end to end on a real LocalCluster (2 worker processes)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from daskqueue import ConsumerBase, JoinTimeoutError, RemoteTaskError, make_id, split_id
+from tests import tasks
+
+
+def test_100k_tasks_through_two_queues_and_two_consumers_each_result_once(pools):
+    qp = pools.queue(2)
+    cp = pools.consumer(qp, n_consumers=2)
+    cp.start()
+    ids = qp.batch_submit([(tasks.double, i) for i in range(100_000)])
+    cp.join(timeout=120)
+    results = cp.results()
+    assert len(ids) == len(set(ids)) == 100_000
+    assert len(results) == 100_000
+    assert all(results[task_id] == 2 * i for i, task_id in enumerate(ids))
+    assert {split_id(i)[0] for i in ids} == {0, 1}  # both queues were used
+    assert cp.failures() == {}
+
+
+def test_submit_passes_args_and_kwargs(pools):
+    qp = pools.queue(2)
+    cp = pools.consumer(qp)
+    cp.start()
+    a = qp.submit(tasks.add, 1, 2, z=3)
+    b = qp.submit(tasks.add, 10)
+    cp.join(timeout=30)
+    assert cp.results() == {a: 6, b: 10}
+
+
+def test_map_returns_results_in_input_order_with_progress_bar(pools, capsys):
+    qp = pools.queue(2)
+    cp = pools.consumer(qp)
+    cp.start()
+    assert qp.map(tasks.double, range(5000), progress=True) == [2 * i for i in range(5000)]
+    assert "5000/5000" in capsys.readouterr().err
+    assert cp.results() == {}  # map keeps its own results
+
+
+def test_lambdas_and_closures_are_shipped_by_value(pools):
+    qp = pools.queue(1)
+    cp = pools.consumer(qp)
+    cp.start()
+    offset = 7
+    assert qp.map(lambda x: x + offset, range(10)) == [x + 7 for x in range(10)]
+
+    def local(x):
+        return x * offset
+
+    assert qp.map(local, [1, 2]) == [7, 14]
+
+
+def test_failing_task_is_retried_then_dead_lettered_with_remote_traceback(pools):
+    qp = pools.queue(2, max_retries=2, retry_backoff_base_s=0.01)
+    cp = pools.consumer(qp)
+    cp.start()
+    bad = qp.submit(tasks.boom, 3)
+    good = qp.batch_submit([(tasks.double, i) for i in range(100)])
+    cp.join(timeout=30)
+    failures = cp.failures()
+    assert set(failures) == {bad}
+    err = failures[bad]
+    assert isinstance(err, RemoteTaskError)
+    assert err.exc_type == "ValueError" and err.exc_message == "boom 3"
+    assert "tasks.py" in err.remote_traceback and "raise ValueError" in err.remote_traceback
+    assert err.attempts == 3  # the first run and two retries
+    assert sum(s.total_retried for s in qp.stats()) == 2
+    results = cp.results()
+    assert bad not in results and all(results[g] == 2 * i for i, g in enumerate(good))
+
+
+def test_map_raises_first_failure_or_returns_errors_in_place(pools):
+    qp = pools.queue(2, max_retries=0)
+    cp = pools.consumer(qp)
+    cp.start()
+    with pytest.raises(RemoteTaskError, match="odd 1"):
+        qp.map(tasks.fail_if_odd, range(6))
+    out = qp.map(tasks.fail_if_odd, range(6), errors="return")
+    assert out[0::2] == [0, 2, 4]
+    assert all(isinstance(e, RemoteTaskError) for e in out[1::2])
+
+
+def test_one_consumer_drains_three_queues(pools):
+    qp = pools.queue(3)
+    cp = pools.consumer(qp, n_consumers=1)
+    cp.start()
+    ids = qp.batch_submit([(tasks.double, i) for i in range(3000)], )
+    assert {split_id(i)[0] for i in qp.batch_submit([(tasks.double, 0)] * 3)} <= {0, 1, 2}
+    cp.join(timeout=60)
+    assert len(cp.results()) == 3003
+    assert all(s.pending == 0 for s in qp.stats())
+    assert Counter(split_id(i)[0] for i in ids)  # spread over queues
+
+
+def test_idle_consumers_long_poll_instead_of_spinning(pools):
+    qp = pools.queue(2)
+    cp = pools.consumer(qp, n_consumers=2, idle_poll_s=1.0)
+    cp.start()
+    time.sleep(1.0)
+    before = sum(s.get_calls for s in qp.stats())
+    time.sleep(4.0)
+    calls = sum(s.get_calls for s in qp.stats()) - before
+    per_consumer_per_s = calls / 2 / 4.0
+    # One long poll of the home queue plus one look at the other queue per idle second.
+    assert per_consumer_per_s <= 3.0, per_consumer_per_s
+    # ...and an idle consumer still picks up new work at once.
+    started = time.monotonic()
+    assert qp.map(tasks.double, [21]) == [42]
+    assert time.monotonic() - started < 1.0
+
+
+def test_max_concurrency_bounds_running_and_fetched_work(pools):
+    qp = pools.queue(1)
+    cp = pools.consumer(qp, n_consumers=1, max_concurrency=2, batch_size=1, prefetch_batches=1)
+    cp.start()
+    ids = qp.batch_submit([(tasks.concurrency_probe, 0.05) for _ in range(40)])
+    most_leased = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        stats = qp.stats()[0]
+        most_leased = max(most_leased, stats.leased)
+        if stats.pending == 0:
+            break
+        time.sleep(0.01)
+    cp.join(timeout=30)
+    seen = cp.results()
+    assert max(seen[i] for i in ids) == 2  # two ran at once, never three
+    assert most_leased <= 3  # two running + one prefetched batch of one
+
+
+def test_cancel_mid_run_then_start_again_loses_nothing_and_runs_nothing_twice(pools, tmp_path):
+    log = tmp_path / "runs.log"
+    qp = pools.queue(2)
+    cp = pools.consumer(qp, n_consumers=2, max_concurrency=2)
+    cp.start()
+    ids = qp.batch_submit([(tasks.logged_sleep, i, 0.002, str(log)) for i in range(1500)])
+    time.sleep(0.8)
+    cp.cancel()
+    done_at_cancel = sum(s.total_acked for s in qp.stats())
+    assert 0 < done_at_cancel < 1500
+    assert sum(s.leased for s in qp.stats()) == 0  # every fetched batch was settled
+    assert sum(s.inflight_items for s in cp.stats()) == 0
+    cp.start()
+    cp.join(timeout=60)
+    results = cp.results()
+    assert sorted(results[i] for i in ids) == list(range(1500))
+    runs = Counter(int(line.split()[0]) for line in log.read_text().splitlines())
+    assert set(runs) == set(range(1500))
+    assert max(runs.values()) == 1
+
+
+def test_early_ack_settles_before_running_and_still_reports_results(pools):
+    qp = pools.queue(2, max_retries=3)
+    cp = pools.consumer(qp, early_ack=True)
+    cp.start()
+    ids = qp.batch_submit([(tasks.fail_if_odd, i) for i in range(200)])
+    cp.join(timeout=30)
+    results, failures = cp.results(), cp.failures()
+    assert {results[i] for i in ids[0::2]} == set(range(0, 200, 2))
+    assert set(failures) == set(ids[1::2])
+    assert all(f.attempts == 1 for f in failures.values())  # early ack: no retries
+    assert sum(s.total_retried for s in qp.stats()) == 0
+
+
+def test_join_timeout_reports_counts(pools):
+    qp = pools.queue(1)
+    cp = pools.consumer(qp)  # never started
+    qp.batch_submit([(tasks.double, i) for i in range(10)])
+    with pytest.raises(JoinTimeoutError) as info:
+        cp.join(timeout=0.3)
+    assert info.value.counts["ready"] == 10
+    assert "ready=10" in str(info.value)
+
+
+class Upper(ConsumerBase):
+    def process_item(self, message):
+        if message.data == "bad":
+            raise KeyError("no upper for bad")
+        return message.data.upper()
+
+
+def test_custom_consumer_processes_raw_items_and_its_errors_are_failures(pools):
+    qp = pools.queue(2, max_retries=1, retry_backoff_base_s=0.01)
+    cp = pools.consumer(qp, ConsumerClass=Upper, n_consumers=2)
+    cp.start()
+    ids = qp.put_many(["a", "b", "bad", "c"], type="letters")
+    one = qp.put("z", priority=5)
+    cp.join(timeout=30)
+    results, failures = cp.results(), cp.failures()
+    assert [results.get(i) for i in ids] == ["A", "B", None, "C"] and results[one] == "Z"
+    assert set(failures) == {ids[2]}
+    assert failures[ids[2]].exc_type == "KeyError" and failures[ids[2]].attempts == 2
+    assert all(s.running for s in cp.stats())  # the error did not stop the consumer
+
+
+def test_general_consumer_dead_letters_raw_items_at_once(pools):
+    qp = pools.queue(1, max_retries=5)
+    cp = pools.consumer(qp)
+    cp.start()
+    (item,) = qp.put_many([{"not": "a task"}])
+    cp.join(timeout=30)
+    err = cp.failures()[item]
+    assert err.exc_type == "daskqueue.errors.InvalidTaskError" and err.attempts == 1
+
+
+def test_ids_name_their_queue_and_sequence():
+    assert split_id(make_id(3, 12345)) == (3, 12345)

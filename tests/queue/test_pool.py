@@ -1,0 +1,116 @@
+"""QueuePool: validation, bad input, representation, closing."""
+
+from __future__ import annotations
+
+import pytest
+
+from daskqueue import (
+    ConfigurationError,
+    ConsumerPool,
+    InvalidTaskError,
+    PayloadTooLargeError,
+    QueueClosedError,
+    QueuePool,
+    SerializationError,
+)
+from tests import tasks
+
+
+@pytest.mark.parametrize("n_queues", [0, -1, 1.5, "2", True])
+def test_bad_n_queues_is_a_configuration_error(client, n_queues):
+    with pytest.raises(ConfigurationError, match="n_queues"):
+        QueuePool(client, n_queues)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"lease_timeout_s": 0}, "lease_timeout_s"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"durability": "forever"}, "durability"),
+        ({"max_message_bytes": 0}, "max_message_bytes"),
+    ],
+)
+def test_bad_pool_options_name_the_option(client, kwargs, name):
+    with pytest.raises(ConfigurationError, match=name):
+        QueuePool(client, 1, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"n_consumers": -1}, "n_consumers"),
+        ({"n_consumers": 0}, "n_consumers"),
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"ConsumerClass": dict}, "ConsumerClass"),
+    ],
+)
+def test_bad_consumer_pool_options_name_the_option(pools, client, kwargs, name):
+    qp = pools.queue(1)
+    with pytest.raises(ConfigurationError, match=name):
+        ConsumerPool(client, qp, **kwargs)
+
+
+def test_unpicklable_argument_names_the_task_and_sends_nothing(pools):
+    qp = pools.queue(2, put_batch_size=10)
+    batch = [(tasks.double, i) for i in range(50)]
+    batch[37] = (tasks.double, tasks.Unpicklable())
+    with pytest.raises(SerializationError, match="task 37") as info:
+        qp.batch_submit(batch)
+    assert info.value.index == 37
+    assert sum(s.total_put for s in qp.stats()) == 0
+
+
+def test_unpicklable_function_is_a_serialization_error(pools):
+    qp = pools.queue(1)
+    with pytest.raises(SerializationError, match="cannot pickle function"):
+        qp.submit(tasks.Unpicklable().__reduce__)  # a bound method of an unpicklable object
+    assert sum(s.total_put for s in qp.stats()) == 0
+
+
+def test_non_callable_is_an_invalid_task_naming_its_index(pools):
+    qp = pools.queue(1)
+    with pytest.raises(InvalidTaskError, match="task 1"):
+        qp.batch_submit([(tasks.double, 1), (42, 1)])
+    with pytest.raises(InvalidTaskError):
+        qp.batch_submit([tasks.double])  # not a tuple
+    with pytest.raises(InvalidTaskError):
+        qp.submit("not callable")
+    assert sum(s.total_put for s in qp.stats()) == 0
+
+
+def test_oversized_message_is_refused_before_sending(pools):
+    qp = pools.queue(1, max_message_bytes=1000)
+    with pytest.raises(PayloadTooLargeError, match="task 1"):
+        qp.batch_submit([(tasks.double, 1), (tasks.double, b"x" * 5000)])
+    with pytest.raises(PayloadTooLargeError):
+        qp.put(b"y" * 5000)
+    assert sum(s.total_put for s in qp.stats()) == 0
+
+
+def test_submit_after_close_raises_queue_closed(pools):
+    qp = pools.queue(1)
+    qp.close()
+    with pytest.raises(QueueClosedError):
+        qp.submit(tasks.double, 1)
+    with pytest.raises(QueueClosedError):
+        qp.put_many([1])
+    qp.close()  # idempotent
+
+
+def test_bad_priority_and_delay_are_configuration_errors(pools):
+    qp = pools.queue(1)
+    with pytest.raises(ConfigurationError, match="priority"):
+        qp.batch_submit([(tasks.double, 1)], priority="high")
+    with pytest.raises(ConfigurationError, match="delay_s"):
+        qp.put(1, delay_s=-1)
+
+
+def test_repr_and_html_show_the_pool(pools):
+    qp = pools.queue(2)
+    qp.batch_submit([(tasks.double, 1)] * 3)
+    assert "2 transient queues" in repr(qp)
+    html = qp._repr_html_()
+    assert "<table>" in html and "ready" in html
+    assert sum(qp.get_queue_size().values()) == 3

@@ -1,0 +1,69 @@
+"""Task functions for the tests: importable on the workers by module path."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+_lock = threading.Lock()
+_running = 0
+
+
+def double(x):
+    return 2 * x
+
+
+def add(x, y=0, *, z=0):
+    return x + y + z
+
+
+def boom(x):
+    raise ValueError(f"boom {x}")
+
+
+def fail_if_odd(x):
+    if x % 2:
+        raise ValueError(f"odd {x}")
+    return x
+
+
+def sleep_then(x, seconds):
+    time.sleep(seconds)
+    return x
+
+
+def concurrency_probe(seconds):
+    """Sleep; return how many probes were running in this process when this one started."""
+    global _running
+    with _lock:
+        _running += 1
+        seen = _running
+    try:
+        time.sleep(seconds)
+    finally:
+        with _lock:
+            _running -= 1
+    return seen
+
+
+def logged_sleep(x, seconds, log_path):
+    """Sleep; append 'x start end pid' to ``log_path`` (one write, O_APPEND: atomic)."""
+    start = time.time()
+    time.sleep(seconds)
+    line = f"{x} {start:.6f} {time.time():.6f} {os.getpid()}\n".encode()
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    return x
+
+
+def getpid(_=None):
+    return os.getpid()
+
+
+class Unpicklable:
+    def __reduce__(self):
+        raise TypeError("this object refuses to be pickled")
