@@ -91,15 +91,32 @@ class ConsumerPool:
             max_batch_size=max_batch_size,
             **(consumer_kwargs or {}),
         )
+        self._options = options
         self._futures = [
-            client.submit(
-                ConsumerClass, i, queue_pool.queues, home=i % queue_pool.n_queues, **options,
-                actor=True, pure=False, workers=[workers[i % len(workers)]], allow_other_workers=True,
-            )
-            for i in range(n_consumers)
+            self._spawn(i, workers=[workers[i % len(workers)]]) for i in range(n_consumers)
         ]
         self.consumers = [f.result() for f in self._futures]
+        self.replaced = 0
         self._started = False
+
+    def _spawn(self, i: int, *, workers: list[str] | None = None) -> Any:
+        return self.client.submit(
+            self.ConsumerClass, i, self.queue_pool.queues, home=i % self.queue_pool.n_queues,
+            **self._options, actor=True, pure=False, workers=workers,
+            allow_other_workers=workers is not None,
+        )
+
+    def _replace_lost(self) -> int:
+        """Start a replacement for every consumer whose worker died; return how many."""
+        lost = [i for i, f in enumerate(self._futures) if f.status != "finished"]
+        for i in lost:
+            logger.warning("consumer %d was lost with its worker; starting a replacement", i)
+            self._futures[i] = self._spawn(i)
+            self.consumers[i] = self._futures[i].result()
+            if self._started:
+                self.consumers[i].start().result()
+        self.replaced += len(lost)
+        return len(lost)
 
     def __repr__(self) -> str:
         state = "started" if self._started else "stopped"
@@ -112,6 +129,7 @@ class ConsumerPool:
 
     def start(self) -> None:
         """Start every consumer (idempotent)."""
+        self._replace_lost()
         for f in [c.start() for c in self.consumers]:
             f.result()
         self._started = True
@@ -119,6 +137,7 @@ class ConsumerPool:
     def cancel(self) -> None:
         """Stop every consumer: running items finish, fetched-but-unstarted ones are released
         back to their queues, every fetched batch is settled. ``start()`` resumes."""
+        self._replace_lost()
         for f in [c.stop() for c in self.consumers]:
             f.result()
         self._started = False
@@ -174,5 +193,7 @@ class ConsumerPool:
         return dict(self.queue_pool._collector.failures)
 
     def stats(self) -> list[ConsumerStats]:
+        """A :class:`ConsumerStats` per consumer; lost consumers are replaced first."""
+        self._replace_lost()
         futures = [c.stats() for c in self.consumers]
         return [f.result() for f in futures]

@@ -1,0 +1,62 @@
+"""Functions that run on the workers (module-level so they pickle by reference; no lambdas)."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import time
+from typing import Any
+
+import psutil
+
+
+def noop(x: Any) -> Any:
+    """Return the argument unchanged."""
+    return x
+
+
+def noop_after(x: Any, dep: Any = None) -> Any:
+    """A no-op that depends on another future (``dep``), so it waits in the scheduler."""
+    return x
+
+
+def sleep_for(seconds: float) -> None:
+    """Sleep ``seconds`` (the simulated work of one document page)."""
+    time.sleep(seconds)
+
+
+def started_at(x: Any = None) -> float:
+    """Return the wall clock (``time.time()``) when the task started running."""
+    return time.time()
+
+
+def wait_event(name: str, timeout: float = 600.0) -> bool:
+    """Block on the ``distributed.Event`` called ``name`` (a task that holds others back)."""
+    from distributed import Event
+
+    return Event(name).wait(timeout)
+
+
+def _trim() -> None:
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def rss() -> int:
+    """This process's resident set size in bytes (as is)."""
+    return psutil.Process().memory_info().rss
+
+
+def rss_trimmed() -> int:
+    """RSS in bytes after ``gc.collect()`` and ``malloc_trim(0)``: memory actually retained."""
+    _trim()
+    return psutil.Process().memory_info().rss
+
+
+def cpu_seconds() -> tuple[float, float, float]:
+    """``(user, system, wall)`` CPU seconds of this process (all threads) and ``time.time()``."""
+    t = psutil.Process().cpu_times()
+    return t.user, t.system, time.time()

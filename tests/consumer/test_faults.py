@@ -1,0 +1,48 @@
+"""Faults with real processes: a consumer's worker is killed with SIGKILL mid-batch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from distributed import Client, LocalCluster
+
+from daskqueue import ConsumerPool, QueuePool
+from tests import tasks
+
+
+@pytest.fixture
+def three_workers():
+    with LocalCluster(
+        n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster, Client(cluster) as client:
+        yield client
+
+
+def test_killed_consumer_leases_are_redelivered_and_it_is_replaced(three_workers):
+    client = three_workers
+    workers = sorted(client.scheduler_info()["workers"])
+    # Queue 0 lives on workers[0]; consumer 2 on workers[2], which we kill.
+    qp = QueuePool(client, 1, lease_timeout_s=1.5)
+    cp = ConsumerPool(client, qp, n_consumers=3, batch_size=5)
+    cp.start()
+    ids = qp.batch_submit([(tasks.logged_sleep, i, 0.01, os.devnull) for i in range(600)])
+    deadline = time.monotonic() + 30
+    while cp.stats()[2].batches == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    victim = workers[2]
+    pid = client.run(os.getpid, workers=[victim])[victim]
+    os.kill(pid, signal.SIGKILL)
+
+    cp.join(timeout=90)
+
+    results = cp.results()
+    assert sorted(results[i] for i in ids) == list(range(600))
+    assert cp.failures() == {}
+    assert sum(s.total_expired for s in qp.stats()) > 0  # the killed consumer held leases
+    assert cp.replaced == 1
+    assert all(s.running for s in cp.stats())
+    qp.close()
+    cp.close()
