@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -106,6 +107,8 @@ def local_cluster(
     import dask
     from distributed import Client, LocalCluster
 
+    # dashboard_address=None still binds an HTTP port (8787, /health): quiet the clash warning
+    warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
     with dask.config.set(config or {}):
         cluster = LocalCluster(
             n_workers=n_workers, threads_per_worker=threads_per_worker,

@@ -194,9 +194,15 @@ class QueuePool:
         if errors not in ("raise", "return"):
             raise ConfigurationError(f"errors must be 'raise' or 'return', got {errors!r}")
         self._check_open()
+        started = time.monotonic()
         items = list(iterable)
         pickled = pickle_function(func)
         claim = MapClaim(len(items))
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=claim.n, unit="task", desc="daskqueue")
         blobs = []
         for lo in range(0, len(items), self.put_batch_size):
             chunk = items[lo : lo + self.put_batch_size]
@@ -207,37 +213,39 @@ class QueuePool:
             blobs.append(([group], {pickled.digest: pickled.data}, [list(range(lo, lo + len(chunk)))]))
         try:
             self._send(blobs, claim=claim)
-            return self._wait_map(claim, progress=progress, timeout_s=timeout_s, errors=errors)
+            deadline = None if timeout_s is None else started + timeout_s
+            return self._wait_map(
+                claim, bar=bar, deadline=deadline, timeout_s=timeout_s, errors=errors
+            )
         finally:
             self._collector.release(claim)
-
-    def _wait_map(
-        self, claim: MapClaim, *, progress: bool, timeout_s: float | None, errors: str
-    ) -> list[Any]:
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=claim.n, unit="task", desc="daskqueue")
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        try:
-            shown = 0
-            while not claim.complete:
-                if self._collector.poll() == 0:
-                    if deadline is not None and time.monotonic() > deadline:
-                        raise JoinTimeoutError(
-                            timeout_s or 0.0,
-                            {"done": claim.settled - len(claim.failures), "failed": len(claim.failures),
-                             "pending": claim.n - claim.settled},
-                        )
-                    time.sleep(defaults.POLL_INTERVAL_S)
-                if bar is not None and claim.settled > shown:
-                    bar.update(claim.settled - shown)
-                    bar.set_postfix(failed=len(claim.failures), refresh=False)
-                    shown = claim.settled
-        finally:
             if bar is not None:
                 bar.close()
+
+    def _wait_map(
+        self,
+        claim: MapClaim,
+        *,
+        bar: Any,
+        deadline: float | None,
+        timeout_s: float | None,
+        errors: str,
+    ) -> list[Any]:
+        shown = 0
+        while not claim.complete:
+            if self._collector.poll() == 0:
+                if deadline is not None and time.monotonic() > deadline:
+                    counts = {
+                        "done": claim.settled - len(claim.failures),
+                        "failed": len(claim.failures),
+                        "pending": claim.n - claim.settled,
+                    }
+                    raise JoinTimeoutError(timeout_s or 0.0, counts)
+                time.sleep(defaults.POLL_INTERVAL_S)
+            if bar is not None and claim.settled > shown:
+                bar.update(claim.settled - shown)
+                bar.set_postfix(failed=len(claim.failures), refresh=False)
+                shown = claim.settled
         if claim.failures:
             if errors == "raise":
                 raise claim.failures[min(claim.failures)]
