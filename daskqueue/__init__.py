@@ -18,9 +18,17 @@ from daskqueue.errors import (
     QueueEmpty,
     RemoteTaskError,
     SerializationError,
+    StoreError,
+    StoreLockedError,
+    ForeignDirectoryError,
+    CorruptStoreError,
+    FormatVersionError,
+    CorruptRecordError,
+    StoreFullError,
 )
 from daskqueue.messages import Message, Task, make_id, split_id
 from daskqueue.queue.base import QueueStats
+from daskqueue.queue.durable import DurableQueue
 from daskqueue.queue.pool import QueuePool
 from daskqueue.queue.transient import TransientQueue
 
@@ -39,6 +47,7 @@ __all__ = [
     "split_id",
     # queue actors and stats
     "TransientQueue",
+    "DurableQueue",
     "QueueStats",
     "ConsumerStats",
     # errors
@@ -52,6 +61,13 @@ __all__ = [
     "LeaseExpiredError",
     "JoinTimeoutError",
     "RemoteTaskError",
+    "StoreError",
+    "StoreLockedError",
+    "ForeignDirectoryError",
+    "CorruptStoreError",
+    "FormatVersionError",
+    "CorruptRecordError",
+    "StoreFullError",
 ]
 
 logging.getLogger("daskqueue").addHandler(logging.NullHandler())

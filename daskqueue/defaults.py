@@ -37,3 +37,9 @@ MAX_CONCURRENCY: int = 1
 
 #: How often ``join`` and ``map`` poll the queues for progress and results.
 POLL_INTERVAL_S: float = 0.05
+
+#: Durable queues: how often an ``fsync="interval"`` store syncs, how big a log segment is,
+#: and how big the index may grow before it is compacted.
+FSYNC_INTERVAL_S: float = 0.1
+MAX_SEGMENT_BYTES: int = 64 * 2**20
+COMPACT_INDEX_BYTES: int = 16 * 2**20

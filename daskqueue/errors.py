@@ -7,6 +7,7 @@ One root, :class:`DaskQueueError`, then groups by who caused the error:
 * the queue's state refuses the call (:class:`QueueClosedError`, :class:`QueueEmpty`,
   :class:`LeaseExpiredError`);
 * waiting ran out (:class:`JoinTimeoutError`);
+* the durable store's files or disk refuse (:class:`StoreError` and its leaves);
 * user code failed on a worker (:class:`RemoteTaskError`).
 
 Leaves that wrap another exception set ``__cause__`` (``raise ... from e``).
@@ -25,6 +26,13 @@ __all__ = [
     "LeaseExpiredError",
     "JoinTimeoutError",
     "RemoteTaskError",
+    "StoreError",
+    "StoreLockedError",
+    "ForeignDirectoryError",
+    "CorruptStoreError",
+    "FormatVersionError",
+    "CorruptRecordError",
+    "StoreFullError",
 ]
 
 
@@ -65,6 +73,9 @@ class PayloadTooLargeError(DaskQueueError, ValueError):
         self.limit = limit
         self.index = index
 
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (_rebuild_too_large, (self.size, self.limit, self.index))
+
 
 # -- the queue's state ----------------------------------------------------------------------------
 
@@ -88,6 +99,9 @@ class LeaseExpiredError(DaskQueueError):
         super().__init__(f"lease {lease_id} is unknown or expired; its messages were redelivered")
         self.lease_id = lease_id
 
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (LeaseExpiredError, (self.lease_id,))
+
 
 # -- waiting --------------------------------------------------------------------------------------
 
@@ -100,6 +114,9 @@ class JoinTimeoutError(DaskQueueError, TimeoutError):
         super().__init__(f"work not settled after {timeout_s:g} s: {shown}")
         self.timeout_s = timeout_s
         self.counts = dict(counts)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (JoinTimeoutError, (self.timeout_s, self.counts))
 
 
 # -- user code ------------------------------------------------------------------------------------
@@ -136,3 +153,61 @@ class RemoteTaskError(DaskQueueError):
 
     def __repr__(self) -> str:
         return f"RemoteTaskError(task_id={self.task_id}, {self.exc_type}: {self.exc_message!r})"
+
+
+def _rebuild_too_large(size: int, limit: int, index: int | None) -> PayloadTooLargeError:
+    return PayloadTooLargeError(size, limit, index=index)
+
+
+# -- the durable store ----------------------------------------------------------------------------
+
+
+class StoreError(DaskQueueError):
+    """A durable queue's directory or files cannot be used; nothing acknowledged was lost."""
+
+
+class StoreLockedError(StoreError):
+    """Another queue actor holds this queue directory open (its ``LOCK`` is taken)."""
+
+
+class ForeignDirectoryError(StoreError):
+    """The directory is not a daskqueue store: not empty and without the store's marker."""
+
+
+class CorruptStoreError(StoreError):
+    """A store file is not what its name says (wrong magic, damaged header)."""
+
+
+class FormatVersionError(StoreError):
+    """A store file was written by a newer format version than this code reads."""
+
+    def __init__(self, path: str, version: int, supported: int) -> None:
+        super().__init__(f"{path}: format version {version} is newer than {supported}; upgrade daskqueue")
+        self.path = path
+        self.version = version
+        self.supported = supported
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (FormatVersionError, (self.path, self.version, self.supported))
+
+
+class CorruptRecordError(StoreError):
+    """A record failed its checksum before the end of its file: it was skipped.
+
+    Reported (not raised) during recovery through the store's ``on_corruption`` callback;
+    ``path``, ``offset`` and ``bytes_dropped`` say exactly what was lost.
+    """
+
+    def __init__(self, path: str, offset: int, reason: str, bytes_dropped: int) -> None:
+        super().__init__(f"{path} at offset {offset}: {reason}; {bytes_dropped} bytes dropped")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        self.bytes_dropped = bytes_dropped
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (CorruptRecordError, (self.path, self.offset, self.reason, self.bytes_dropped))
+
+
+class StoreFullError(StoreError):
+    """The disk (or quota) is full: the write was refused and rolled back; retry later."""

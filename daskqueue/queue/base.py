@@ -113,6 +113,9 @@ class QueueActorBase:
             wakeup = self._core.next_wakeup()
             self._sweep_at = wakeup
             timeout = None if wakeup is None else max(0.0, wakeup - self._now()) + 0.001
+            chore = self._housekeeping_due_in()
+            if chore is not None:
+                timeout = chore if timeout is None else min(timeout, chore)
             self._timer_changed.clear()
             try:
                 await asyncio.wait_for(self._timer_changed.wait(), timeout)
@@ -122,7 +125,11 @@ class QueueActorBase:
             expired = self._core.expire(now=now)
             if expired:
                 logger.info("queue %d: %d leased messages expired; redelivering", self.index, expired)
-                self._on_expired(now)
+            try:
+                self._after_change(now)
+                self._housekeeping()
+            except Exception:
+                logger.exception("queue %d: storage housekeeping failed", self.index)
             if self._core.has_ready(now):
                 self._notify_ready()
 
@@ -134,6 +141,11 @@ class QueueActorBase:
             assert self._timer_changed is not None
             self._timer_changed.set()
 
+    def _wake_sweeper(self) -> None:
+        """Make the sweeper recompute its wakeup (new housekeeping may be due sooner)."""
+        if self._timer_changed is not None:
+            self._timer_changed.set()
+
     def _notify_ready(self) -> None:
         # Waiters hold the old event; new waiters get a fresh one.
         assert self._ready_event is not None
@@ -142,17 +154,32 @@ class QueueActorBase:
 
     # -- storage hooks (no-ops in memory) -------------------------------------------------------
 
-    def _on_put(self, chunks: list[Chunk], now: float) -> None:
-        """Persist freshly put chunks before the put is answered."""
+    def _fit_groups(self, groups: list[Any]) -> list[Any]:
+        """Split put groups that storage cannot hold in one record (identity in memory)."""
+        return groups
 
-    def _on_lease(self, lease: Lease, now: float) -> None:
-        """Persist a new lease before it is handed out."""
+    def _on_put(self, chunks: list[tuple[Chunk, float]], funcs: dict[bytes, bytes], now: float) -> None:
+        """Persist freshly put chunks (and new functions) before the put is answered."""
 
-    def _on_settle(self, lease: Lease, done: int, errors: dict[int, bytes], now: float) -> None:
-        """Persist a settlement before it is answered."""
+    def _after_change(self, now: float) -> None:
+        """Persist the core's journalled transitions before the call is answered."""
 
-    def _on_expired(self, now: float) -> None:
-        """Persist lease expiries."""
+    def _add_result(self, record: tuple[Any, ...]) -> None:
+        self._results.append(record)
+
+    def _drop_results(self, n: int) -> None:
+        del self._results[:n]
+        self._results_base += n
+
+    def _housekeeping_due_in(self) -> float | None:
+        """Seconds until ``_housekeeping`` should run (None: nothing scheduled)."""
+        return None
+
+    def _housekeeping(self) -> None:
+        """Periodic storage work (interval syncs), run by the sweeper."""
+
+    def _close_storage(self) -> None:
+        """Release storage on close."""
 
     # -- the data plane -----------------------------------------------------------------------
 
@@ -162,17 +189,19 @@ class QueueActorBase:
         funcs, groups = decode_put(blob)
         for g in groups:
             self._check_sizes(g.offsets)
-        self._funcs.update(funcs)
+        groups = self._fit_groups(groups)
         now = self._now()
         chunks = []
         for g in groups:
             offsets = array("I")
             offsets.frombytes(g.offsets)
             chunk = self._core.new_chunk(
-                g.count, priority=g.priority, payload=(offsets, g.data), meta=g.meta()
+                g.count, priority=g.priority, payload=[offsets, g.data], meta=g.meta()
             )
             chunks.append((chunk, g.delay_s))
-        self._on_put([c for c, _ in chunks], now)
+        new_funcs = {d: b for d, b in funcs.items() if d not in self._funcs}
+        self._on_put(chunks, new_funcs, now)  # raises (and nothing is enqueued) if storage fails
+        self._funcs.update(new_funcs)
         for chunk, delay_s in chunks:
             self._core.put(chunk, now=now, not_before=now + delay_s if delay_s > 0 else None)
         if any(d > 0 for _, d in chunks):
@@ -202,7 +231,7 @@ class QueueActorBase:
             now = self._now()
             lease = self._core.get_batch(max_items, now=now)
             if lease is not None:
-                self._on_lease(lease, now)
+                self._after_change(now)
                 self._reschedule()
                 return self._encode(lease)
             remaining = deadline - now
@@ -224,7 +253,7 @@ class QueueActorBase:
     def _encode(self, lease: Lease) -> bytes:
         segments = []
         for span in lease.spans:
-            offsets, data = span.chunk.payload
+            offsets, data = span.chunk.payload[0], span.chunk.payload[1]
             kind, digest, type_, key = span.chunk.meta
             offs = offsets[span.start : span.stop + 1]
             segments.append(
@@ -256,11 +285,11 @@ class QueueActorBase:
             raise LeaseExpiredError(lease_id)
         done, errors, fatal, results = decode_settle(blob)
         now = self._now()
-        self._on_settle(lease, done, errors, now)
         s = self._core.settle(lease_id, done=done, errors=errors, fatal=fatal, now=now)
         if results is not None and done:
             ranges = _ran_ranges(lease, done)
-            self._results.append((self.index, ranges, sorted(errors), results, None))
+            self._add_result((self.index, ranges, sorted(errors), results, None))
+        self._after_change(now)
         if s.n_retried:
             self._reschedule()
         if s.n_released:
@@ -270,7 +299,8 @@ class QueueActorBase:
     async def record_outcomes(self, ranges: list[tuple[int, int]], errors: dict[int, bytes], results: bytes) -> None:
         """Store the outcomes of early-acked messages (already settled; failures are final)."""
         self._start()
-        self._results.append((self.index, ranges, sorted(errors), results, errors))
+        self._add_result((self.index, ranges, sorted(errors), results, errors))
+        self._after_change(self._now())
 
     async def extend(self, lease_ids: list[int]) -> list[int]:
         """Extend live leases by ``lease_timeout_s`` from now; return the ids no longer held."""
@@ -293,8 +323,7 @@ class QueueActorBase:
         """
         drop = max(0, min(cursor - self._results_base, len(self._results)))
         if drop:
-            del self._results[:drop]
-            self._results_base += drop
+            self._drop_results(drop)
         end = self._results_base + len(self._results)
         return end, pickle.dumps(self._results, PROTOCOL)
 
@@ -331,6 +360,7 @@ class QueueActorBase:
             self._notify_ready()
             await self._sweeper
             self._sweeper = None
+        self._close_storage()
 
 
 def _ran_ranges(lease: Lease, done: int) -> list[tuple[int, int]]:

@@ -178,6 +178,13 @@ class QueueCore:
         self._deadlines: list[tuple[float, int]] = []  # heap of (deadline, lease_id), lazy
         self.dead: list[DeadLetter] = []
         self._n = _Counters()
+        #: When a list, every transition is appended to it as a tuple (see ``_log``), for a
+        #: durable shell to persist; None (the default) records nothing.
+        self.journal: list[tuple[Any, ...]] | None = None
+
+    def _log(self, *entry: Any) -> None:
+        if self.journal is not None:
+            self.journal.append(entry)
 
     # -- put ------------------------------------------------------------------------------
 
@@ -234,6 +241,7 @@ class QueueCore:
                     dq.appendleft(rest)
                 spans.append(span)
                 want -= span.count
+                self._log("lease", span)
             if not dq:
                 del self._ready[prio]
                 self._priorities.pop(0)
@@ -295,6 +303,10 @@ class QueueCore:
             pos = end
         for span in reversed(released):
             self._push_ready(span, front=True)
+        for span in released:
+            self._log("release", span)
+        for span in acked:
+            self._log("ack", span)
         n_released = sum(s.count for s in released)
         n_acked = done - n_retried - n_dead
         self._n.total_acked += n_acked
@@ -333,11 +345,14 @@ class QueueCore:
         if fatal or attempts > self.max_retries:
             for i in range(span.start, span.stop):
                 self.dead.append(DeadLetter(span.chunk.base_seq + i, span.chunk, i, attempts, error))
+            self._log("dead", Span(span.chunk, span.start, span.stop, attempts), error)
             return True
         base_s, max_s, jitter = self._backoff
         delay = compute_backoff(attempts, base_s=base_s, max_s=max_s, jitter=jitter, rng=self._rng)
         self._n.total_retried += span.count
-        self._delay(Span(span.chunk, span.start, span.stop, attempts), now + delay)
+        retried = Span(span.chunk, span.start, span.stop, attempts)
+        self._delay(retried, now + delay)
+        self._log("retry", retried, now + delay)
         return False
 
     # -- leases ---------------------------------------------------------------------------
@@ -413,6 +428,38 @@ class QueueCore:
             _, _, span = heapq.heappop(self._delayed)
             self._n.delayed -= span.count
             self._push_ready(span)
+
+    # -- restoring (recovery of a durable queue) ------------------------------------------
+
+    def restore(
+        self, chunk: Chunk, spans: list[tuple[int, int, int]], *, now: float, not_before: float | None = None
+    ) -> None:
+        """Bring back unsettled messages of ``chunk``: ``(start, stop, attempts)`` spans."""
+        self._next_seq = max(self._next_seq, chunk.base_seq + chunk.count)
+        for start, stop, attempts in spans:
+            span = Span(chunk, start, stop, attempts)
+            self._n.total_put += span.count
+            if not_before is not None and not_before > now:
+                self._delay(span, not_before)
+            else:
+                self._push_ready(span)
+
+    def restore_dead(self, seq: int, attempts: int, error: bytes, meta: Any = None) -> None:
+        """Bring back a dead letter."""
+        self._next_seq = max(self._next_seq, seq + 1)
+        self._n.total_put += 1
+        self.dead.append(DeadLetter(seq, Chunk(seq, 1, meta=meta), 0, attempts, error))
+
+    def advance_seq(self, next_seq: int) -> None:
+        """Never hand out a sequence number below ``next_seq`` (ids are never reused)."""
+        self._next_seq = max(self._next_seq, next_seq)
+
+    def live_spans(self) -> list[tuple[Span, str]]:
+        """Every unsettled span with its state: ``"ready"``, ``"delayed"`` or ``"leased"``."""
+        out = [(s, "ready") for p in self._priorities for s in self._ready[p]]
+        out += [(s, "delayed") for _, _, s in self._delayed]
+        out += [(s, "leased") for lease in self._leases.values() for s in lease.spans]
+        return out
 
     # -- inspection -----------------------------------------------------------------------
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import html
 import itertools
+import json
 import logging
+import os
 import time
 import uuid
 from typing import Any, Callable, Iterable, Literal, Sequence
@@ -24,6 +26,7 @@ from daskqueue.errors import (
 )
 from daskqueue.messages import MAX_QUEUES, Kind, make_id
 from daskqueue.queue.base import QueueStats
+from daskqueue.queue.durable import DurableQueue
 from daskqueue.queue.pool_actor import QueuePoolActor
 from daskqueue.queue.transient import TransientQueue
 from daskqueue.results import MapClaim, ResultCollector
@@ -43,6 +46,48 @@ def _positive(name: str, value: Any, *, allow_zero: bool = False, integer: bool 
         raise ConfigurationError(f"{name} must be {'an integer' if integer else 'a number'} {need}, got {value!r}")
 
 
+POOL_FILE = "daskqueue-pool.json"
+
+
+def _prepare_pool_dir(dirpath: str, n_queues: int) -> list[str]:
+    """Create or check a pool directory; return the queue directories, in order."""
+    meta = os.path.join(dirpath, POOL_FILE)
+    if os.path.exists(dirpath) and not os.path.isdir(dirpath):
+        raise ConfigurationError(f"dirpath {dirpath} exists and is not a directory")
+    os.makedirs(dirpath, exist_ok=True)
+    if os.path.exists(meta):
+        with open(meta) as f:
+            known = json.load(f)
+        if known.get("format") != 1:
+            raise ConfigurationError(f"{meta} has an unknown format {known.get('format')!r}")
+        if n_queues < known["n_queues"]:
+            raise ConfigurationError(
+                f"{dirpath} holds {known['n_queues']} queues; reopen it with n_queues >= "
+                f"{known['n_queues']} so that none of their messages is orphaned"
+            )
+    elif os.listdir(dirpath):
+        from daskqueue.errors import ForeignDirectoryError
+
+        raise ForeignDirectoryError(f"{dirpath} is not empty and is not a daskqueue pool directory")
+    tmp = meta + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"format": 1, "n_queues": n_queues}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, meta)
+    return [os.path.join(dirpath, f"queue-{i:03d}") for i in range(n_queues)]
+
+
+def _results_or_raise(futures: list[Any]) -> list[Any]:
+    """Results of all futures; if any failed, release the others and raise the first error."""
+    try:
+        return [f.result() for f in futures]
+    except BaseException:
+        for f in futures:
+            f.release()
+        raise
+
+
 class QueuePool:
     """A pool of ``n_queues`` queue actors on the cluster of ``client``.
 
@@ -52,7 +97,14 @@ class QueuePool:
 
     Parameters (all but ``client`` and ``n_queues`` keyword-only):
 
-    * ``durability``: ``"transient"`` (in worker memory, lost with the worker).
+    * ``durability``: ``"transient"`` (in worker memory, lost with the worker) or
+      ``"durable"`` (on disk under ``dirpath``, one directory per queue; a new pool on the
+      same ``dirpath``, in this or a new cluster, recovers every queue). The workers must see
+      ``dirpath`` (a shared file system, or the same host).
+    * ``fsync`` (durable): ``"always"``, ``"interval"`` (every ``fsync_interval_s``, default
+      0.1 s) or ``"never"``; see ``daskqueue/segment/FORMAT.md`` for what each loses.
+    * ``max_segment_bytes`` (durable, default 64 MiB): log segment size; also caps one message.
+    * ``compact_index_bytes`` (durable, default 16 MiB): index size that triggers compaction.
     * ``lease_timeout_s`` (default 30): how long a delivered message may stay unsettled
       before it is redelivered; consumers extend the leases of work they are running.
     * ``max_retries`` (default 3): failed runs retried before a message is dead-lettered.
@@ -75,6 +127,11 @@ class QueuePool:
         retry_backoff_max_s: float = defaults.RETRY_BACKOFF_MAX_S,
         max_message_bytes: int = defaults.MAX_MESSAGE_BYTES,
         put_batch_size: int = defaults.PUT_BATCH_MESSAGES,
+        dirpath: str | os.PathLike[str] | None = None,
+        fsync: Literal["always", "interval", "never"] = "interval",
+        fsync_interval_s: float = defaults.FSYNC_INTERVAL_S,
+        max_segment_bytes: int = defaults.MAX_SEGMENT_BYTES,
+        compact_index_bytes: int = defaults.COMPACT_INDEX_BYTES,
         name: str | None = None,
     ) -> None:
         if not isinstance(client, Client):
@@ -82,8 +139,19 @@ class QueuePool:
         _positive("n_queues", n_queues, integer=True)
         if n_queues > MAX_QUEUES:
             raise ConfigurationError(f"n_queues must be <= {MAX_QUEUES}, got {n_queues}")
-        if durability != "transient":
-            raise ConfigurationError(f"durability must be 'transient', got {durability!r}")
+        if durability not in ("transient", "durable"):
+            raise ConfigurationError(f"durability must be 'transient' or 'durable', got {durability!r}")
+        if durability == "durable" and dirpath is None:
+            raise ConfigurationError("durability='durable' needs dirpath= (a directory the workers can see)")
+        if durability == "transient" and dirpath is not None:
+            raise ConfigurationError("dirpath= is only for durability='durable'")
+        if fsync not in ("always", "interval", "never"):
+            raise ConfigurationError(f"fsync must be 'always', 'interval' or 'never', got {fsync!r}")
+        _positive("fsync_interval_s", fsync_interval_s)
+        _positive("max_segment_bytes", max_segment_bytes, integer=True)
+        if max_segment_bytes < 65536:
+            raise ConfigurationError(f"max_segment_bytes must be >= 65536, got {max_segment_bytes}")
+        _positive("compact_index_bytes", compact_index_bytes, integer=True)
         _positive("lease_timeout_s", lease_timeout_s)
         _positive("max_retries", max_retries, allow_zero=True, integer=True)
         _positive("retry_backoff_base_s", retry_backoff_base_s, allow_zero=True)
@@ -95,8 +163,12 @@ class QueuePool:
         self.durability = durability
         self.name = name or f"queuepool-{uuid.uuid4().hex[:8]}"
         self.lease_timeout_s = float(lease_timeout_s)
+        if durability == "durable":
+            # One message must fit in one log segment (with its record and chunk headers).
+            max_message_bytes = min(max_message_bytes, max_segment_bytes - 8192)
         self.max_message_bytes = max_message_bytes
         self.put_batch_size = put_batch_size
+        self.dirpath = None if dirpath is None else os.path.abspath(os.fspath(dirpath))
         config = dict(
             lease_timeout_s=lease_timeout_s,
             max_retries=max_retries,
@@ -108,15 +180,25 @@ class QueuePool:
         if not workers:
             raise ConfigurationError("the client's cluster has no workers")
         self._pool_future = client.submit(QueuePoolActor, self.name, config, actor=True, pure=False)
+        queue_class: type = TransientQueue
+        queue_args: list[tuple[Any, ...]] = [(i,) for i in range(n_queues)]
+        if durability == "durable":
+            queue_class = DurableQueue
+            dirs = _prepare_pool_dir(self.dirpath, n_queues)  # type: ignore[arg-type]
+            queue_args = [(i, d) for i, d in enumerate(dirs)]
+            config.update(
+                fsync=fsync, fsync_interval_s=fsync_interval_s,
+                max_segment_bytes=max_segment_bytes, compact_index_bytes=compact_index_bytes,
+            )
         self._queue_futures = [
             client.submit(
-                TransientQueue, i, **config, actor=True, pure=False,
+                queue_class, *args, **config, actor=True, pure=False,
                 workers=[workers[i % len(workers)]], allow_other_workers=True,
             )
-            for i in range(n_queues)
+            for i, args in enumerate(queue_args)
         ]
         self._actor = self._pool_future.result()
-        self.queues = [f.result() for f in self._queue_futures]
+        self.queues = _results_or_raise(self._queue_futures)
         self._actor.register(self.queues).result()
         self._rr = itertools.count()
         self._sent_funcs: list[set[bytes]] = [set() for _ in range(n_queues)]

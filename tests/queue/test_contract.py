@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from daskqueue import LeaseExpiredError, QueueClosedError, QueueEmpty, TransientQueue
+from daskqueue import DurableQueue, LeaseExpiredError, QueueClosedError, QueueEmpty, TransientQueue
 from daskqueue.messages import Kind
 from daskqueue.serialize import Group, decode_delivery, encode_put, encode_settle, pack_payloads
 
-QUEUE_KINDS = [TransientQueue]
+QUEUE_KINDS = [TransientQueue, DurableQueue]
 
 
 @pytest.fixture(params=QUEUE_KINDS, ids=lambda k: k.kind)
@@ -19,7 +19,8 @@ def make_queue(request, client, tmp_path):
     made = []
 
     def make(**kwargs):
-        future = client.submit(request.param, 0, actor=True, pure=False, **kwargs)
+        args = (0,) if request.param is TransientQueue else (0, str(tmp_path / f"q{len(made)}"))
+        future = client.submit(request.param, *args, actor=True, pure=False, **kwargs)
         queue = future.result()
         made.append((future, queue))
         return queue

@@ -1,0 +1,347 @@
+"""The durable queue actor: the queue shell over a segment store (``daskqueue/segment``)."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from array import array
+from typing import Any
+
+from daskqueue import defaults
+from daskqueue.errors import CorruptRecordError, PayloadTooLargeError
+from daskqueue.queue.base import QueueActorBase
+from daskqueue.queue.core import LEASE_EXPIRED, Chunk, Span
+from daskqueue.segment.format import ChunkHeader, IndexRecord, IndexType, LogType
+from daskqueue.segment.recovery import Recovered, replay
+from daskqueue.segment.store import FsyncPolicy, SegmentStore
+from daskqueue.serialize import PROTOCOL, Group
+
+__all__ = ["DurableQueue"]
+
+logger = logging.getLogger("daskqueue")
+
+_MAX_ATTEMPTS_ON_DISK = 255
+
+
+class DurableQueue(QueueActorBase):
+    """A queue actor whose messages survive the death of its process and cluster restarts.
+
+    Every transition is written through the segment store in ``dirpath`` before the call that
+    caused it is answered (one log append and one index append per call: group commit).
+    Reopening the directory (a new actor, on any worker that sees it) recovers every message
+    by the rules of ``daskqueue/segment/FORMAT.md``; ``recovery_report()`` says what recovery
+    found. ``fsync`` is ``"always"``, ``"interval"`` (default, every ``fsync_interval_s``) or
+    ``"never"``; a process crash loses nothing acknowledged under any of them.
+
+    Same actor methods as :class:`TransientQueue`, plus ``recovery_report()`` and
+    ``disk_usage()``. Recovery runs in ``__init__``, on a worker thread, off the event loop.
+    """
+
+    kind = "durable"
+    _now = staticmethod(time.time)  # not-before times are persisted: wall clock
+
+    def __init__(
+        self,
+        index: int,
+        dirpath: str,
+        *,
+        fsync: FsyncPolicy = "interval",
+        fsync_interval_s: float = defaults.FSYNC_INTERVAL_S,
+        max_segment_bytes: int = defaults.MAX_SEGMENT_BYTES,
+        compact_index_bytes: int = defaults.COMPACT_INDEX_BYTES,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(index, **kwargs)
+        if self._core.max_retries >= _MAX_ATTEMPTS_ON_DISK:
+            raise ValueError(f"max_retries must be < {_MAX_ATTEMPTS_ON_DISK} for a durable queue")
+        started = time.perf_counter()
+        self.dirpath = dirpath
+        self._store = SegmentStore(
+            dirpath,
+            max_segment_bytes=max_segment_bytes,
+            fsync=fsync,
+            fsync_interval_s=fsync_interval_s,
+            compact_index_bytes=compact_index_bytes,
+        )
+        self._core.journal = []
+        self._func_refs: dict[bytes, tuple[int, int]] = {}
+        self._result_refs: list[int] = []  # segment of each record in self._results
+        self._chunk_live: dict[int, list[int]] = {}  # base_seq -> [segment, unsettled count]
+        self._dead_errors: dict[int, tuple[int, int]] = {}  # seq -> error record location
+        self._sync_pending = False
+        try:
+            recovered = replay(self._store.take_records(), self._store.read_log, self._store.report)
+            self._restore(recovered)
+        except BaseException:
+            self._store.close()
+            raise
+        self._recovery = {
+            "messages": self._core.stats().pending,
+            "dead_letters": len(self._core.dead),
+            "results": len(self._results),
+            "lost_messages": recovered.lost_messages,
+            "corruptions": [str(e) for e in self._store.corruptions],
+            "seconds": time.perf_counter() - started,
+        }
+        if self._recovery["messages"] or self._store.corruptions:
+            logger.info("durable queue %d recovered from %s: %s", index, dirpath, self._recovery)
+
+    # -- recovery -----------------------------------------------------------------------------
+
+    def _restore(self, rec: Recovered) -> None:
+        now = self._now()
+        pins: dict[int, int] = {}
+        fixes: list[IndexRecord] = []
+        for rc in rec.chunks:
+            h = rc.header
+            chunk = Chunk(h.base_seq, h.count, h.priority, [rc.offsets, rc.data, rc.segment, rc.offset],
+                          (h.kind, h.digest, h.type, h.key))
+            self._core.restore(chunk, rc.spans, now=now, not_before=h.not_before or None)
+            live = sum(stop - start for start, stop, _ in rc.spans)
+            for start, stop, attempts in rc.crashed_leases:
+                record = self._restore_crashed(chunk, start, stop, attempts, now)
+                fixes.append(record)
+                if record.type == IndexType.RETRY:
+                    live += stop - start
+            self._chunk_live[h.base_seq] = [rc.segment, live]
+            pins[rc.segment] = pins.get(rc.segment, 0) + 1
+        for seq, attempts, error, seg, off in rec.dead:
+            self._core.restore_dead(seq, attempts, error)
+            self._dead_errors[seq] = (seg, off)
+        for digest, (data, seg, off) in rec.funcs.items():
+            self._funcs[digest] = data
+            self._func_refs[digest] = (seg, off)
+        expected = rec.results[0][0] if rec.results else rec.next_result
+        self._results_base = expected
+        for number, blob, seg, _ in rec.results:
+            while expected < number:  # a record lost to corruption: keep the numbering
+                self._results.append((self.index, [], [], pickle.dumps([]), None))
+                self._result_refs.append(0)
+                expected += 1
+            self._results.append(pickle.loads(blob))
+            self._result_refs.append(seg)
+            expected += 1
+        self._core.advance_seq(rec.next_seq)
+        self._next_result = max(rec.next_result, expected)
+        for seg in list(self._func_refs.values()) + list(self._dead_errors.values()):
+            pins[seg[0]] = pins.get(seg[0], 0) + 1
+        for seg in self._result_refs:
+            if seg:
+                pins[seg] = pins.get(seg, 0) + 1
+        self._store.reset_pins(pins)
+        # Persist what rule 6 decided, so a second crash does not count the attempt twice.
+        self._core.journal = []
+        self._store.append_index(fixes)
+        self._after_change(now)
+        self._store.sync()
+
+    def _restore_crashed(self, chunk: Chunk, start: int, stop: int, attempts: int, now: float) -> IndexRecord:
+        """Rule 6: a span leased at the crash is ready again with one more attempt, or dead."""
+        first = chunk.base_seq + start
+        if attempts > self._core.max_retries:
+            self._core.restore(chunk, [], now=now)
+            for i in range(start, stop):
+                self._core.restore_dead(chunk.base_seq + i, attempts, LEASE_EXPIRED, chunk.meta)
+            seg, off = self._store.append_log(LogType.ERROR, LEASE_EXPIRED)
+            for i in range(start, stop):
+                self._dead_errors[chunk.base_seq + i] = (seg, off)
+            return IndexRecord(IndexType.DEAD, first, stop - start, attempts, seg, off)
+        self._core.restore(chunk, [(start, stop, attempts)], now=now)
+        return IndexRecord(IndexType.RETRY, first, stop - start, attempts)
+
+    # -- writing through ----------------------------------------------------------------------
+
+    def _fit_groups(self, groups: list[Group]) -> list[Group]:
+        """Split groups whose CHUNK record would not fit in one log segment."""
+        limit = self._store.max_record_body - 4096
+        out = []
+        for g in groups:
+            if len(g.data) + 4 * (g.count + 1) <= limit:
+                out.append(g)
+                continue
+            offs = array("I")
+            offs.frombytes(g.offsets)
+            start = 0
+            while start < g.count:
+                stop = start + 1
+                if offs[stop] - offs[start] > limit - 8:
+                    raise PayloadTooLargeError(offs[stop] - offs[start], limit - 8)
+                while stop < g.count and offs[stop + 1] - offs[start] + 4 * (stop + 2 - start) <= limit:
+                    stop += 1
+                sub = array("I", (o - offs[start] for o in offs[start : stop + 1]))
+                out.append(Group(g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, stop - start,
+                                 sub.tobytes(), g.data[offs[start] : offs[stop]]))
+                start = stop
+        return out
+
+    def _on_put(self, chunks: list[tuple[Chunk, float]], funcs: dict[bytes, bytes], now: float) -> None:
+        records = []
+        for digest, data in funcs.items():
+            seg, off = self._store.append_log(LogType.FUNC, digest, data)
+            records.append(IndexRecord(IndexType.FUNC, 0, 0, 0, seg, off))
+            self._func_refs[digest] = (seg, off)
+            self._store.pin(seg)
+        for chunk, delay_s in chunks:
+            offsets, data = chunk.payload
+            kind, digest, type_, key = chunk.meta
+            not_before = now + delay_s if delay_s > 0 else 0.0
+            header = ChunkHeader(chunk.base_seq, chunk.count, chunk.priority, kind, digest, type_, key, not_before)
+            seg, off = self._store.append_log(LogType.CHUNK, header.to_bytes(), offsets.tobytes(), data)
+            chunk.payload.extend((seg, off))
+            records.append(IndexRecord(IndexType.CHUNK, chunk.base_seq, chunk.count, 0, seg, off))
+        self._store.append_index(records)  # the put counts from here: a crash before it loses it
+        for chunk, _ in chunks:
+            seg = chunk.payload[2]
+            self._chunk_live[chunk.base_seq] = [seg, chunk.count]
+            self._store.pin(seg)
+        self._commit()
+
+    def _after_change(self, now: float) -> None:
+        journal = self._core.journal
+        if not journal:
+            return
+        self._core.journal = []
+        records = []
+        for entry in journal:
+            kind, span = entry[0], entry[1]
+            first, count = span.first_seq, span.count
+            if kind == "lease":
+                records.append(IndexRecord(IndexType.LEASE, first, count, span.attempts))
+            elif kind == "ack":
+                records.append(IndexRecord(IndexType.ACK, first, count, span.attempts))
+                self._settled(span)
+            elif kind == "release":
+                records.append(IndexRecord(IndexType.RELEASE, first, count, span.attempts))
+            elif kind == "retry":
+                records.append(IndexRecord(IndexType.RETRY, first, count, span.attempts, time=entry[2]))
+            elif kind == "dead":
+                seg, off = self._store.append_log(LogType.ERROR, entry[2])
+                records.append(IndexRecord(IndexType.DEAD, first, count, span.attempts, seg, off))
+                for seq in range(first, first + count):
+                    self._dead_errors[seq] = (seg, off)
+                    self._store.pin(seg)
+                self._settled(span)
+        self._store.append_index(records)
+        self._commit()
+        if self._store.needs_compaction():
+            self._compact()
+
+    def _commit(self) -> None:
+        self._store.commit()
+        if self._store.fsync == "interval" and not self._sync_pending:
+            self._sync_pending = True
+            self._wake_sweeper()
+
+    def _settled(self, span: Span) -> None:
+        entry = self._chunk_live.get(span.chunk.base_seq)
+        if entry is None:
+            return
+        entry[1] -= span.count
+        if entry[1] <= 0:
+            del self._chunk_live[span.chunk.base_seq]
+            self._store.unpin(entry[0])
+
+    def _add_result(self, record: tuple[Any, ...]) -> None:
+        number = self._results_base + len(self._results)
+        seg, off = self._store.append_log(LogType.RESULT, pickle.dumps(record, PROTOCOL))
+        self._store.append_index([IndexRecord(IndexType.RESULT, number, 0, 0, seg, off)])
+        self._store.pin(seg)
+        self._results.append(record)
+        self._result_refs.append(seg)
+        self._commit()
+
+    def _drop_results(self, n: int) -> None:
+        for seg in self._result_refs[:n]:
+            if seg:
+                self._store.unpin(seg)
+        del self._result_refs[:n]
+        super()._drop_results(n)
+        self._store.append_index([IndexRecord(IndexType.RESULT_DROP, self._results_base)])
+        self._commit()
+
+    def _housekeeping_due_in(self) -> float | None:
+        return self._store.sync_due_in()
+
+    def _housekeeping(self) -> None:
+        due = self._store.sync_due_in()
+        if due is not None and due <= 0:
+            self._store.sync()
+            self._sync_pending = False
+
+    def _close_storage(self) -> None:
+        self._store.close()
+
+    # -- compaction ---------------------------------------------------------------------------
+
+    def _compact(self) -> None:
+        """Rewrite the index with only live state; copy small live log records forward."""
+        store = self._store
+        next_result = self._results_base + len(self._results)
+        records = [IndexRecord(IndexType.WATERMARK, self._core.next_seq, 0, 0, 0, next_result)]
+        pins: dict[int, int] = {}
+
+        def pin(seg: int) -> None:
+            pins[seg] = pins.get(seg, 0) + 1
+
+        for digest, data in self._funcs.items():
+            seg, off = store.append_log(LogType.FUNC, digest, data)
+            self._func_refs[digest] = (seg, off)
+            records.append(IndexRecord(IndexType.FUNC, 0, 0, 0, seg, off))
+            pin(seg)
+        by_chunk: dict[int, list[tuple[Span, str]]] = {}
+        chunks: dict[int, Chunk] = {}
+        for span, state in self._core.live_spans():
+            by_chunk.setdefault(span.chunk.base_seq, []).append((span, state))
+            chunks[span.chunk.base_seq] = span.chunk
+        for base in sorted(by_chunk):
+            chunk = chunks[base]
+            _, _, seg, off = chunk.payload
+            records.append(IndexRecord(IndexType.CHUNK, base, chunk.count, 0, seg, off))
+            pin(seg)
+            cursor = 0
+            for span, state in sorted(by_chunk[base], key=lambda x: x[0].start):
+                if span.start > cursor:
+                    records.append(IndexRecord(IndexType.ACK, base + cursor, span.start - cursor))
+                if span.attempts:
+                    records.append(IndexRecord(IndexType.RETRY, span.first_seq, span.count, span.attempts))
+                if state == "leased":
+                    records.append(IndexRecord(IndexType.LEASE, span.first_seq, span.count, span.attempts))
+                cursor = span.stop
+            if cursor < chunk.count:
+                records.append(IndexRecord(IndexType.ACK, base + cursor, chunk.count - cursor))
+        copied: dict[bytes, tuple[int, int]] = {}
+        for d in self._core.dead:
+            if d.error not in copied:
+                copied[d.error] = store.append_log(LogType.ERROR, d.error)
+            seg, off = copied[d.error]
+            self._dead_errors[d.seq] = (seg, off)
+            records.append(IndexRecord(IndexType.DEAD, d.seq, 1, min(d.attempts, 255), seg, off))
+            pin(seg)
+        self._result_refs = []
+        for k, record in enumerate(self._results):
+            seg, off = store.append_log(LogType.RESULT, pickle.dumps(record, PROTOCOL))
+            records.append(IndexRecord(IndexType.RESULT, self._results_base + k, 0, 0, seg, off))
+            self._result_refs.append(seg)
+            pin(seg)
+        store.replace_index(records)
+        store.reset_pins(pins)
+        store.sync()
+
+    # -- inspection ---------------------------------------------------------------------------
+
+    async def recovery_report(self) -> dict[str, Any]:
+        """What opening the directory found: messages, dead letters, results, losses."""
+        return dict(self._recovery, corruptions=list(self._recovery["corruptions"]))
+
+    async def disk_usage(self) -> dict[str, int]:
+        """Bytes on disk, log segment count and index size."""
+        return {
+            "disk_bytes": self._store.disk_bytes(),
+            "segments": len(self._store.segment_numbers()),
+            "index_bytes": self._store.index_bytes,
+        }
+
+    async def compact(self) -> None:
+        """Compact the index now (it also happens on its own past ``compact_index_bytes``)."""
+        self._compact()

@@ -1,0 +1,138 @@
+"""``IndexSegment``: the write-ahead log of state transitions, fixed 40-byte records.
+
+Not thread-safe; owned by one ``SegmentStore``. See FORMAT.md, "Index" and the recovery rules.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from typing import Callable
+
+from daskqueue.errors import CorruptRecordError, StoreError, StoreFullError
+from daskqueue.segment.format import FILE_HEADER, INDEX_MAGIC, INDEX_RECORD, IndexRecord, pack_file_header
+from daskqueue.segment.log import check_header
+
+__all__ = ["IndexSegment"]
+
+logger = logging.getLogger("daskqueue")
+
+_ZERO_RECORD = bytes(INDEX_RECORD.size)
+
+
+class IndexSegment:
+    """An index file open for appending. ``size`` is its length in bytes."""
+
+    def __init__(self, path: str, fd: int, size: int) -> None:
+        self.path = path
+        self._fd = fd
+        self.size = size
+        self.dirty = False
+
+    @classmethod
+    def create(cls, path: str, records: list[IndexRecord] = ()) -> IndexSegment:  # type: ignore[assignment]
+        """Create ``path`` with a header and ``records``, fsynced (compaction relies on it)."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            data = pack_file_header(INDEX_MAGIC) + b"".join(r.to_bytes() for r in records)
+            _write_all(fd, data, path)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, len(data))
+
+    @classmethod
+    def open(
+        cls, path: str, on_corruption: Callable[[CorruptRecordError], None]
+    ) -> tuple[IndexSegment, list[IndexRecord]]:
+        """Open ``path``, replay it by recovery rules 2-5, and return it with its records."""
+        with open(path, "rb") as f:
+            data = f.read()
+        check_header(path, data, INDEX_MAGIC)
+        records, good_end = _replay(path, data, on_corruption)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        if good_end < len(data):
+            os.ftruncate(fd, good_end)  # drop the torn tail / zero fill for good
+        return cls(path, fd, good_end), records
+
+    def append(self, records: list[IndexRecord]) -> None:
+        """Append ``records`` in one ``write`` (group commit); roll back on error."""
+        if not records:
+            return
+        data = b"".join(r.to_bytes() for r in records)
+        try:
+            _write_all(self._fd, data, self.path)
+        except BaseException:
+            os.ftruncate(self._fd, self.size)  # no half record may stay behind
+            raise
+        self.size += len(data)
+        self.dirty = True
+
+    def sync(self) -> None:
+        if self.dirty:
+            os.fsync(self._fd)
+            self.dirty = False
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _replay(
+    path: str, data: bytes, on_corruption: Callable[[CorruptRecordError], None]
+) -> tuple[list[IndexRecord], int]:
+    size = INDEX_RECORD.size
+    start = FILE_HEADER.size
+    whole = (len(data) - start) // size
+    view = memoryview(data)
+    records: list[IndexRecord] = []
+    good_end = start
+    for k in range(whole):
+        at = start + k * size
+        buf = view[at : at + size]
+        if buf == _ZERO_RECORD:  # rule 4: zero fill ends the data
+            logger.info("%s: zero-filled space from offset %d ends the index", path, at)
+            return records, good_end
+        if IndexRecord.is_intact(buf):
+            try:
+                records.append(IndexRecord.from_bytes(buf))
+                good_end = at + size
+                continue
+            except ValueError:
+                reason = "unknown index record type"
+        else:
+            reason = "index record checksum mismatch"
+        if not _intact_after(view, k + 1, whole, start):  # rule 3: the tail is torn
+            logger.info("%s: torn record at offset %d dropped (crash during a write)", path, at)
+            return records, good_end
+        on_corruption(CorruptRecordError(path, at, reason, size))  # rule 5: skip, go on
+        good_end = at + size
+    tail = len(data) - (start + whole * size)
+    if tail:  # rule 3: a partial record at the tail
+        logger.info("%s: partial record of %d bytes at the tail dropped", path, tail)
+    return records, good_end
+
+
+def _intact_after(view: memoryview, first: int, whole: int, start: int) -> bool:
+    """True if any whole record from number ``first`` on passes its checksum."""
+    size = INDEX_RECORD.size
+    for k in range(first, whole):
+        buf = view[start + k * size : start + (k + 1) * size]
+        if buf != _ZERO_RECORD and IndexRecord.is_intact(buf):
+            return True
+    return False
+
+
+def _write_all(fd: int, data: bytes, path: str) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreFullError(f"{path}: no space left to append {len(data)} bytes") from e
+        raise StoreError(f"{path}: write failed: {e}") from e

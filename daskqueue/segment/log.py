@@ -1,0 +1,160 @@
+"""``LogSegment``: an append-only, memory-mapped, sparsely preallocated file of log records.
+
+Not thread-safe; owned by one ``SegmentStore``. See FORMAT.md, "Log segment".
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import struct
+
+from daskqueue.errors import CorruptRecordError, CorruptStoreError, FormatVersionError, StoreError, StoreFullError
+from daskqueue.segment.format import (
+    FILE_HEADER,
+    FORMAT_VERSION,
+    LOG_MAGIC,
+    LOG_RECORD_HEADER,
+    LogType,
+    checksum,
+    pack_file_header,
+)
+
+__all__ = ["LogSegment", "check_header"]
+
+_PAGE = mmap.ALLOCATIONGRANULARITY
+
+
+def check_header(path: str, head: bytes, magic: bytes) -> None:
+    """Apply recovery rule 2 to a file header: wrong magic or newer version is refused."""
+    if len(head) < FILE_HEADER.size:
+        raise CorruptStoreError(f"{path}: file shorter than its {FILE_HEADER.size}-byte header")
+    got_magic, version, _, crc = FILE_HEADER.unpack(head[: FILE_HEADER.size])
+    if got_magic != magic:
+        raise CorruptStoreError(f"{path}: wrong magic {got_magic!r}, expected {magic!r}")
+    if crc != checksum(head[:12]):
+        raise CorruptStoreError(f"{path}: header checksum mismatch")
+    if version > FORMAT_VERSION:
+        raise FormatVersionError(path, version, FORMAT_VERSION)
+
+
+class LogSegment:
+    """One log segment file of fixed capacity; records are appended at ``end``."""
+
+    def __init__(self, path: str, number: int, fd: int, capacity: int, end: int) -> None:
+        self.path = path
+        self.number = number
+        self._fd = fd
+        self.capacity = capacity
+        self.end = end
+        self._synced = end
+        self._map = mmap.mmap(fd, capacity)
+
+    @classmethod
+    def create(cls, path: str, number: int, capacity: int) -> LogSegment:
+        """Create a sparse segment of ``capacity`` bytes holding only its header."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.ftruncate(fd, capacity)  # sparse: no blocks, no zero buffer
+            head = pack_file_header(LOG_MAGIC)
+            _reserve(fd, 0, len(head), path)
+            os.pwrite(fd, head, 0)
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        return cls(path, number, fd, capacity, len(head))
+
+    @classmethod
+    def open(cls, path: str, number: int) -> LogSegment:
+        """Open an existing segment; the store sets ``end`` from the index (recovery rule 9)."""
+        fd = os.open(path, os.O_RDWR)
+        try:
+            check_header(path, os.pread(fd, FILE_HEADER.size, 0), LOG_MAGIC)
+            capacity = os.fstat(fd).st_size
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, number, fd, capacity, FILE_HEADER.size)
+
+    def __repr__(self) -> str:
+        return f"<LogSegment {self.number}: {self.end:,}/{self.capacity:,} bytes>"
+
+    def fits(self, body_size: int) -> bool:
+        return self.end + LOG_RECORD_HEADER.size + body_size <= self.capacity
+
+    def append(self, kind: LogType, *parts: bytes | memoryview) -> int:
+        """Append one record whose body is ``parts`` concatenated; return its offset.
+
+        Blocks are reserved with ``posix_fallocate`` first, so a full disk raises
+        :class:`StoreFullError` and leaves ``end`` unchanged.
+        """
+        length = sum(len(p) for p in parts)
+        if not self.fits(length):
+            raise StoreError(f"record of {length} bytes does not fit in {self!r}")
+        at = self.end
+        total = LOG_RECORD_HEADER.size + length
+        _reserve(self._fd, at, total, self.path)
+        head_rest = struct.pack("<IB3x", length, kind)
+        crc = checksum(head_rest)
+        m = self._map
+        pos = at + LOG_RECORD_HEADER.size
+        for part in parts:
+            crc = _crc_continue(part, crc)
+            m[pos : pos + len(part)] = part
+            pos += len(part)
+        m[at : at + LOG_RECORD_HEADER.size] = struct.pack("<I", crc) + head_rest
+        self.end = at + total
+        return at
+
+    def read(self, offset: int) -> tuple[LogType, bytes]:
+        """The record at ``offset``: its type and body. Raises :class:`CorruptRecordError`."""
+        m = self._map
+        if offset < FILE_HEADER.size or offset + LOG_RECORD_HEADER.size > self.capacity:
+            raise CorruptRecordError(self.path, offset, "record pointer outside the segment", 0)
+        crc, length, kind = LOG_RECORD_HEADER.unpack_from(m, offset)
+        end = offset + LOG_RECORD_HEADER.size + length
+        if end > self.capacity:
+            raise CorruptRecordError(self.path, offset, f"record length {length} runs past the segment", 0)
+        if crc != checksum(m[offset + 4 : end]):
+            raise CorruptRecordError(self.path, offset, "log record checksum mismatch", end - offset)
+        try:
+            record_type = LogType(kind)
+        except ValueError:
+            raise CorruptRecordError(self.path, offset, f"unknown log record type {kind}", end - offset) from None
+        return record_type, m[offset + LOG_RECORD_HEADER.size : end]
+
+    def record_end(self, offset: int) -> int:
+        """Where the record at ``offset`` ends (from its length field)."""
+        _, length, _ = LOG_RECORD_HEADER.unpack_from(self._map, offset)
+        return offset + LOG_RECORD_HEADER.size + length
+
+    def sync(self) -> None:
+        """``msync`` the bytes appended since the last sync."""
+        if self.end > self._synced:
+            start = self._synced - self._synced % _PAGE
+            self._map.flush(start, self.end - start)
+            self._synced = self.end
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None  # type: ignore[assignment]
+            os.close(self._fd)
+
+
+def _crc_continue(data: bytes | memoryview, crc: int) -> int:
+    import crc32c
+
+    return crc32c.crc32c(data, crc)
+
+
+def _reserve(fd: int, offset: int, length: int, path: str) -> None:
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreFullError(f"{path}: no space left for {length} bytes") from e
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # file systems without fallocate
+            raise StoreError(f"{path}: cannot reserve {length} bytes: {e}") from e

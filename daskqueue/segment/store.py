@@ -1,0 +1,339 @@
+"""``SegmentStore``: one queue directory of log segments and an index, with its lock.
+
+Owns the files; knows nothing of queues. Callers append log records and index records, then
+``commit()``, which syncs according to the ``fsync`` policy (FORMAT.md, "Durability
+settings"). Segments are pinned by the live records they hold and deleted when unpinned.
+
+Not thread-safe: one owner (the queue actor, on its event loop) calls it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+from typing import Callable, Literal
+
+from daskqueue.errors import (
+    CorruptRecordError,
+    ForeignDirectoryError,
+    PayloadTooLargeError,
+    StoreError,
+    StoreLockedError,
+)
+from daskqueue.segment.format import (
+    FILE_HEADER,
+    LOCK_NAME,
+    LOG_RECORD_HEADER,
+    MARKER_NAME,
+    MARKER_TEXT,
+    IndexRecord,
+    LogType,
+    index_name,
+    log_name,
+)
+from daskqueue.segment.index import IndexSegment
+from daskqueue.segment.log import LogSegment
+
+__all__ = ["SegmentStore", "FsyncPolicy"]
+
+logger = logging.getLogger("daskqueue")
+
+FsyncPolicy = Literal["always", "interval", "never"]
+
+
+class SegmentStore:
+    """The files of one durable queue. Opening it applies recovery rules 1-5 and 9.
+
+    ``records`` holds the replayed index records until the owner has read them
+    (``take_records()``); ``corruptions`` every :class:`CorruptRecordError` reported.
+    """
+
+    def __init__(
+        self,
+        dirpath: str,
+        *,
+        max_segment_bytes: int = 64 * 2**20,
+        fsync: FsyncPolicy = "interval",
+        fsync_interval_s: float = 0.1,
+        compact_index_bytes: int = 16 * 2**20,
+        on_corruption: Callable[[CorruptRecordError], None] | None = None,
+    ) -> None:
+        if fsync not in ("always", "interval", "never"):
+            raise ValueError(f"fsync must be 'always', 'interval' or 'never', got {fsync!r}")
+        if max_segment_bytes < 4096:
+            raise ValueError(f"max_segment_bytes must be >= 4096, got {max_segment_bytes}")
+        self.dirpath = os.path.abspath(dirpath)
+        self.max_segment_bytes = max_segment_bytes
+        self.fsync = fsync
+        self.fsync_interval_s = fsync_interval_s
+        self.compact_index_bytes = compact_index_bytes
+        self.corruptions: list[CorruptRecordError] = []
+        self._on_corruption = on_corruption
+        self._segments: dict[int, LogSegment] = {}
+        self._pins: dict[int, int] = {}
+        self._unpinned: set[int] = set()
+        self._dirty_since: float | None = None
+        self._lock_fd = -1
+        self._open_directory()
+        try:
+            self._open_files()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- opening ------------------------------------------------------------------------------
+
+    def _open_directory(self) -> None:
+        path = self.dirpath
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise StoreError(f"{path} exists and is not a directory")
+        try:
+            os.makedirs(path, exist_ok=True)
+            entries = set(os.listdir(path))
+        except OSError as e:
+            raise StoreError(f"cannot use {path} as a queue directory: {e}") from e
+        marker = os.path.join(path, MARKER_NAME)
+        if MARKER_NAME not in entries:
+            if entries - {LOCK_NAME}:
+                raise ForeignDirectoryError(
+                    f"{path} is not empty and is not a daskqueue store (no {MARKER_NAME} file)"
+                )
+            with open(marker, "wb") as f:
+                f.write(MARKER_TEXT)
+                f.flush()
+                os.fsync(f.fileno())
+            _fsync_dir(path)
+        else:
+            with open(marker, "rb") as f:
+                if f.read() != MARKER_TEXT:
+                    raise ForeignDirectoryError(f"{marker} is not a daskqueue store marker")
+        self._lock_fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise StoreLockedError(f"{path} is open in another queue actor (its LOCK is held)") from None
+
+    def _open_files(self) -> None:
+        names = os.listdir(self.dirpath)
+        # Rule 1: an unfinished compaction is discarded; the newest complete index wins.
+        for name in names:
+            if name.endswith(".index.tmp"):
+                logger.info("%s: discarding unfinished compaction %s", self.dirpath, name)
+                os.unlink(os.path.join(self.dirpath, name))
+        generations = sorted(int(n[:-6]) for n in names if n.endswith(".index") and n[:-6].isdigit())
+        for old in generations[:-1]:
+            os.unlink(os.path.join(self.dirpath, index_name(old)))
+        numbers = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
+        for number in numbers:
+            self._segments[number] = LogSegment.open(self._path(log_name(number)), number)
+        if generations:
+            self.generation = generations[-1]
+            self._index, self.records = IndexSegment.open(
+                self._path(index_name(self.generation)), self._report
+            )
+        else:
+            self.generation = 1
+            self._index = IndexSegment.create(self._path(index_name(1)))
+            self.records = []
+            _fsync_dir(self.dirpath)
+        self._last_compacted_size = self._index.size
+        if not self._segments:
+            self._new_segment(1)
+        self.active = self._segments[max(self._segments)]
+        self.active.end = self._append_point(self.active.number)
+
+    def _append_point(self, number: int) -> int:
+        """Rule 9: after the furthest record of segment ``number`` that the index references."""
+        end = FILE_HEADER.size
+        segment = self._segments[number]
+        for r in self.records:
+            if r.segment == number and r.offset + LOG_RECORD_HEADER.size <= segment.capacity:
+                try:
+                    end = max(end, segment.record_end(r.offset))
+                except Exception:
+                    continue
+        return min(end, segment.capacity)
+
+    def _report(self, error: CorruptRecordError) -> None:
+        logger.error("corruption: %s", error)
+        self.corruptions.append(error)
+        if self._on_corruption is not None:
+            self._on_corruption(error)
+
+    def take_records(self) -> list[IndexRecord]:
+        """The replayed index records (once; the store forgets them)."""
+        records, self.records = self.records, []
+        return records
+
+    def report(self, error: CorruptRecordError) -> None:
+        """Report corruption found by the owner while reading the log during recovery."""
+        self._report(error)
+
+    # -- appending ----------------------------------------------------------------------------
+
+    @property
+    def max_record_body(self) -> int:
+        """The largest log record body one segment can hold."""
+        return self.max_segment_bytes - FILE_HEADER.size - LOG_RECORD_HEADER.size
+
+    def append_log(self, kind: LogType, *parts: bytes | memoryview) -> tuple[int, int]:
+        """Append a log record to the active segment (rolling over if full); return
+        ``(segment, offset)``. Raises :class:`PayloadTooLargeError` if no segment can hold it."""
+        length = sum(len(p) for p in parts)
+        if length > self.max_record_body:
+            raise PayloadTooLargeError(length, self.max_record_body)
+        if not self.active.fits(length):
+            self.active = self._new_segment(self.active.number + 1)
+        offset = self.active.append(kind, *parts)
+        self._mark_dirty()
+        return self.active.number, offset
+
+    def read_log(self, segment: int, offset: int) -> tuple[LogType, bytes]:
+        seg = self._segments.get(segment)
+        if seg is None:
+            raise CorruptRecordError(self._path(log_name(segment)), offset, "log segment is missing", 0)
+        return seg.read(offset)
+
+    def append_index(self, records: list[IndexRecord]) -> None:
+        self._index.append(records)
+        self._mark_dirty()
+
+    def _mark_dirty(self) -> None:
+        if self._dirty_since is None:
+            self._dirty_since = time.monotonic()
+
+    def _new_segment(self, number: int) -> LogSegment:
+        segment = LogSegment.create(self._path(log_name(number)), number, self.max_segment_bytes)
+        _fsync_dir(self.dirpath)
+        self._segments[number] = segment
+        logger.debug("%s: new log segment %d", self.dirpath, number)
+        return segment
+
+    # -- durability ---------------------------------------------------------------------------
+
+    def commit(self) -> None:
+        """End of one call's writes: sync now under ``always``; otherwise leave it to
+        ``sync_due_in()`` / ``sync()``."""
+        if self.fsync == "always":
+            self.sync()
+
+    def sync_due_in(self) -> float | None:
+        """Seconds until an ``interval`` sync is due (0: now), or None if none is pending."""
+        if self._dirty_since is None or self.fsync != "interval":
+            return None
+        return max(0.0, self._dirty_since + self.fsync_interval_s - time.monotonic())
+
+    def sync(self) -> None:
+        """msync the log appends, fsync the index, then delete segments left unpinned."""
+        for segment in self._segments.values():
+            segment.sync()
+        self._index.sync()
+        self._dirty_since = None
+        self._delete_unpinned()
+
+    # -- segment lifetimes --------------------------------------------------------------------
+
+    def pin(self, segment: int) -> None:
+        """One more live record lives in ``segment``."""
+        self._pins[segment] = self._pins.get(segment, 0) + 1
+        self._unpinned.discard(segment)
+
+    def unpin(self, segment: int) -> None:
+        """A live record of ``segment`` died; the segment is deleted at the next sync if it
+        is not the active one and nothing else lives there."""
+        left = self._pins.get(segment, 0) - 1
+        if left > 0:
+            self._pins[segment] = left
+            return
+        self._pins.pop(segment, None)
+        self._unpinned.add(segment)
+
+    def reset_pins(self, pinned: dict[int, int]) -> None:
+        """Replace every pin count (after recovery or compaction); unpinned segments go."""
+        self._pins = dict(pinned)
+        self._unpinned = set(self._segments) - set(pinned)
+
+    def _delete_unpinned(self) -> None:
+        # Called after the index fsync: the records that settled these segments' last
+        # messages are on disk, so no recovery will look for them.
+        for number in sorted(self._unpinned):
+            if number == self.active.number or self._pins.get(number):
+                continue
+            segment = self._segments.pop(number, None)
+            if segment is not None:
+                segment.close()
+                os.unlink(segment.path)
+                logger.debug("%s: deleted log segment %d", self.dirpath, number)
+        self._unpinned.clear()
+
+    # -- compaction ---------------------------------------------------------------------------
+
+    @property
+    def index_bytes(self) -> int:
+        return self._index.size
+
+    def needs_compaction(self) -> bool:
+        return self._index.size > max(self.compact_index_bytes, 2 * self._last_compacted_size)
+
+    def replace_index(self, records: list[IndexRecord]) -> None:
+        """Compaction: make ``records`` the whole index, crash-safely (FORMAT.md)."""
+        self.sync()  # copied-forward log records must be on disk before the index names them
+        nxt = self.generation + 1
+        final = self._path(index_name(nxt))
+        tmp = final + ".tmp"
+        new = IndexSegment.create(tmp, records)  # written and fsynced
+        os.replace(tmp, final)
+        _fsync_dir(self.dirpath)
+        old = self._index
+        self._index, self.generation = new, nxt
+        new.path = final
+        old.close()
+        os.unlink(old.path)
+        self._last_compacted_size = new.size
+        logger.info("%s: compacted the index to %d records (%d bytes)", self.dirpath, len(records), new.size)
+
+    # -- inspection and closing ---------------------------------------------------------------
+
+    def disk_bytes(self) -> int:
+        """Bytes allocated on disk by the store's files (sparse space not counted)."""
+        total = 0
+        for name in os.listdir(self.dirpath):
+            try:
+                total += os.stat(self._path(name)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+        return total
+
+    def segment_numbers(self) -> list[int]:
+        return sorted(self._segments)
+
+    def close(self) -> None:
+        """Sync and release everything, the lock last. Idempotent."""
+        try:
+            if getattr(self, "_index", None) is not None and self._segments:
+                self.sync()
+        finally:
+            for segment in self._segments.values():
+                segment.close()
+            self._segments.clear()
+            if getattr(self, "_index", None) is not None:
+                self._index.close()
+            if self._lock_fd >= 0:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.dirpath, name)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
