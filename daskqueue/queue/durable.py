@@ -70,6 +70,7 @@ class DurableQueue(QueueActorBase):
         self._chunk_live: dict[int, list[int]] = {}  # base_seq -> [segment, unsettled count]
         self._dead_errors: dict[int, tuple[int, int]] = {}  # seq -> error record location
         self._sync_pending = False
+        self._pending: list[IndexRecord] = []  # index records to go out with the next append
         try:
             recovered = replay(self._store.take_records(), self._store.read_log, self._store.report)
             self._restore(recovered)
@@ -199,10 +200,10 @@ class DurableQueue(QueueActorBase):
 
     def _after_change(self, now: float) -> None:
         journal = self._core.journal
-        if not journal:
+        if not journal and not self._pending:
             return
         self._core.journal = []
-        records = []
+        records, self._pending = self._pending, []
         for entry in journal:
             kind, span = entry[0], entry[1]
             first, count = span.first_seq, span.count
@@ -245,11 +246,12 @@ class DurableQueue(QueueActorBase):
     def _add_result(self, record: tuple[Any, ...]) -> None:
         number = self._results_base + len(self._results)
         seg, off = self._store.append_log(LogType.RESULT, pickle.dumps(record, PROTOCOL))
-        self._store.append_index([IndexRecord(IndexType.RESULT, number, 0, 0, seg, off)])
+        # Written with the ACKs in one append, before them: a torn write keeps the results
+        # and loses the acks (the messages run again), never the other way round.
+        self._pending.append(IndexRecord(IndexType.RESULT, number, 0, 0, seg, off))
         self._store.pin(seg)
         self._results.append(record)
         self._result_refs.append(seg)
-        self._commit()
 
     def _drop_results(self, n: int) -> None:
         for seg in self._result_refs[:n]:

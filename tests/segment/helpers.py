@@ -1,0 +1,71 @@
+"""Drive a DurableQueue without Dask: blobs in, blobs out, and a simulated process crash."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pickle
+
+from daskqueue.messages import Kind
+from daskqueue.queue.durable import DurableQueue
+from daskqueue.serialize import Group, decode_delivery, encode_put, encode_settle, pack_payloads
+
+
+def put_blob(items, *, priority=0, delay_s=0.0):
+    offsets, data = pack_payloads(items, max_message_bytes=2**30)
+    return encode_put([Group(Kind.RAW, None, None, priority, None, delay_s, len(items), offsets, data)], {})
+
+
+async def put(q, items, **kw):
+    return await q.put_batch(put_blob(items, **kw))
+
+
+async def get(q, n=1000):
+    """``(lease_id, [(seq, item, attempts), ...])``, or ``(None, [])``."""
+    blob = await q.get_batch(n, 0.0)
+    if blob is None:
+        return None, []
+    lease_id, _, segments = decode_delivery(blob)
+    return lease_id, [
+        (s.first_seq + j, pickle.loads(p), s.attempts) for s in segments for j, p in enumerate(s.payloads())
+    ]
+
+
+async def settle(q, lease_id, done, errors=None):
+    return await q.settle(lease_id, encode_settle(done, errors or {}, set(), pickle.dumps([None] * done)))
+
+
+async def drain(q):
+    """Everything ready now, as ``{seq: (item, attempts)}``, acked."""
+    out = {}
+    while True:
+        lease, items = await get(q)
+        if lease is None:
+            return out
+        out.update({seq: (item, a) for seq, item, a in items})
+        await settle(q, lease, len(items))
+
+
+def crash(q):
+    """Drop the queue like a killed process: close every descriptor, write and sync nothing."""
+    store = q._store
+    if q._sweeper is not None:
+        q._sweeper.cancel()
+    for segment in store._segments.values():
+        segment._map.close()
+        os.close(segment._fd)
+    store._segments.clear()
+    os.close(store._index._fd)
+    store._index._fd = -1
+    os.close(store._lock_fd)  # the kernel drops the flock with the last descriptor
+    store._lock_fd = -1
+
+
+def index_path(dirpath):
+    (path,) = sorted(glob.glob(os.path.join(dirpath, "*.index")))[-1:]
+    return path
+
+
+def open_queue(dirpath, **kw):
+    kw.setdefault("fsync", "never")
+    return DurableQueue(0, str(dirpath), **kw)

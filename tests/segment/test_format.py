@@ -1,0 +1,68 @@
+"""The byte layouts of FORMAT.md, checked against the code that writes them."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import zlib
+
+from daskqueue.segment import format as fmt
+from daskqueue.segment.format import ChunkHeader, IndexRecord, IndexType
+
+FORMAT_MD = pathlib.Path(fmt.__file__).with_name("FORMAT.md").read_text()
+
+
+def test_record_sizes_match_the_tables():
+    assert fmt.FILE_HEADER.size == 16
+    assert fmt.LOG_RECORD_HEADER.size == 12
+    assert fmt.CHUNK_HEADER.size == 48
+    assert fmt.INDEX_RECORD.size == 40
+    assert "### Index record (40 bytes)" in FORMAT_MD
+
+
+def test_checksum_is_crc32c_not_zlib_crc32():
+    assert fmt.checksum(b"123456789") == 0xE3069283  # the CRC-32C check value
+    assert fmt.checksum(b"123456789") != zlib.crc32(b"123456789")
+
+
+def _hex_line(label):
+    line = next(l for l in FORMAT_MD.splitlines() if l.startswith(label))
+    return bytes.fromhex(" ".join(re.findall(r"\b[0-9a-f]{2}\b", line[len(label):])))
+
+
+def test_worked_example_matches_format_md():
+    assert _hex_line("header") == fmt.pack_file_header(fmt.INDEX_MAGIC)
+    assert _hex_line("CHUNK ") == IndexRecord(IndexType.CHUNK, 0, 2, 0, 1, 16).to_bytes()
+    assert _hex_line("LEASE ") == IndexRecord(IndexType.LEASE, 0, 2).to_bytes()
+    assert _hex_line("ACK ") == IndexRecord(IndexType.ACK, 0, 2).to_bytes()
+
+
+def test_index_record_round_trips_and_checksum_covers_every_field():
+    record = IndexRecord(IndexType.RETRY, 2**40 + 7, 123, 3, 9, 4096, 1.5e9)
+    raw = record.to_bytes()
+    assert IndexRecord.is_intact(raw) and IndexRecord.from_bytes(raw) == record
+    for i in range(4, 40):
+        flipped = bytearray(raw)
+        flipped[i] ^= 0x01
+        assert not IndexRecord.is_intact(bytes(flipped)), f"byte {i} not covered"
+
+
+def test_log_record_checksum_covers_the_length():
+    raw = fmt.pack_log_record(fmt.LogType.FUNC, b"x" * 20)
+    crc = int.from_bytes(raw[:4], "little")
+    assert crc == fmt.checksum(raw[4:])
+    torn = raw[:4] + (19).to_bytes(4, "little") + raw[8:]
+    assert int.from_bytes(torn[:4], "little") != fmt.checksum(torn[4:-1])
+
+
+def test_chunk_header_round_trips_with_strings_and_digest():
+    header = ChunkHeader(10, 3, -2, 1, b"d" * 16, "pages", "doc-7", 123.25)
+    raw = header.to_bytes() + b"rest"
+    back, size = ChunkHeader.from_bytes(raw)
+    assert back == header and raw[size:] == b"rest"
+
+
+def test_file_names_sort_in_numeric_order():
+    names = [fmt.log_name(n) for n in (10, 9, 100)]
+    assert sorted(names) == [fmt.log_name(9), fmt.log_name(10), fmt.log_name(100)]
+    assert fmt.index_name(1) == "00000000000000000001.index"
