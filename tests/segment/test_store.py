@@ -1,0 +1,192 @@
+"""The segment store: locking, bad directories and files, full disks, rotation, compaction,
+group commit. Real files, no Dask."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+
+import pytest
+
+from daskqueue.errors import (
+    ForeignDirectoryError,
+    PayloadTooLargeError,
+    StoreError,
+    StoreFullError,
+    StoreLockedError,
+)
+from daskqueue.segment.store import SegmentStore
+from tests.segment.helpers import crash, drain, get, open_queue, put, put_blob, settle
+
+
+async def test_second_opener_of_a_queue_directory_is_refused(tmp_path):
+    q = open_queue(tmp_path)
+    with pytest.raises(StoreLockedError, match="another queue actor"):
+        open_queue(tmp_path)
+    await q.close()
+    open_queue(tmp_path)  # free again once closed
+
+
+def test_foreign_directory_is_refused_and_left_alone(tmp_path):
+    (tmp_path / "thesis.tex").write_text("precious")
+    with pytest.raises(ForeignDirectoryError):
+        SegmentStore(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis.tex"]
+
+
+def test_a_file_where_the_directory_should_be_is_a_store_error(tmp_path):
+    path = tmp_path / "file"
+    path.write_text("x")
+    with pytest.raises(StoreError, match="not a directory"):
+        SegmentStore(str(path))
+
+
+async def test_message_larger_than_a_segment_is_refused_and_nothing_is_lost(tmp_path):
+    q = open_queue(tmp_path, max_segment_bytes=65536)
+    await put(q, ["kept"])
+    with pytest.raises(PayloadTooLargeError):
+        await put(q, [b"x" * 70000])
+    crash(q)
+    assert await drain(open_queue(tmp_path, max_segment_bytes=65536)) == {0: ("kept", 0)}
+
+
+async def test_big_put_batch_is_split_across_segments_and_survives(tmp_path):
+    q = open_queue(tmp_path, max_segment_bytes=65536)
+    items = [bytes([i % 256]) * 1000 for i in range(300)]  # 300 KB, ~5 segments
+    await put(q, items)
+    assert len(q._store.segment_numbers()) >= 5
+    crash(q)
+    q = open_queue(tmp_path, max_segment_bytes=65536)
+    got = await drain(q)
+    assert [got[i][0] for i in range(300)] == items
+
+
+async def test_full_disk_is_a_typed_error_and_loses_no_acknowledged_message(tmp_path, monkeypatch):
+    q = open_queue(tmp_path)
+    await put(q, ["before"])
+
+    def no_space(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    with pytest.raises(StoreFullError):
+        await put(q, ["refused"])
+    monkeypatch.undo()
+    assert (await q.stats()).ready == 1  # the refused put enqueued nothing
+    await put(q, ["after"])
+    crash(q)
+    got = await drain(open_queue(tmp_path))
+    assert [v for v, _ in got.values()] == ["before", "after"]
+
+
+async def test_full_index_write_is_rolled_back(tmp_path, monkeypatch):
+    q = open_queue(tmp_path)
+    await put(q, ["before"])
+    size = q._store.index_bytes
+    real_write = os.write
+
+    def half_then_full(fd, data):
+        if fd == q._store._index._fd:
+            real_write(fd, bytes(data)[:7])  # a partial record reaches the file...
+            raise OSError(errno.ENOSPC, "No space left on device")  # ...then the disk is full
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(StoreFullError):
+        await put(q, ["refused"])
+    monkeypatch.undo()
+    assert os.path.getsize(q._store._index.path) == size  # the partial record is gone
+    crash(q)
+    got = await drain(open_queue(tmp_path))
+    assert [v for v, _ in got.values()] == ["before"]
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path):
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                          capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); "
+                    "test_full_disk_is_a_typed_error... covers it by injection")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+async def test_a_really_full_file_system_gives_store_full_error(tiny_filesystem):
+    q = open_queue(tiny_filesystem, max_segment_bytes=1 << 20)  # sparse: bigger than the fs
+    acknowledged = []
+    with pytest.raises(StoreFullError):
+        for i in range(1000):
+            await put(q, [bytes(2000)])
+            acknowledged.append(i)
+    assert 10 < len(acknowledged) < 1000
+    crash(q)
+    q = open_queue(tiny_filesystem, max_segment_bytes=1 << 20)
+    # Every acknowledged put is there (read without writing: the disk is still full).
+    assert (await q.recovery_report())["messages"] == len(acknowledged)
+    assert (await q.stats()).ready == len(acknowledged)
+    with pytest.raises(StoreFullError):  # and the full disk keeps saying so, with its type
+        await put(q, [bytes(2000)] * 50)
+
+
+async def test_disk_use_returns_to_about_one_segment_once_everything_is_acked(tmp_path):
+    seg = 65536
+    q = open_queue(tmp_path, max_segment_bytes=seg, compact_index_bytes=4096)
+    for _ in range(20):
+        await put(q, [bytes(500)] * 50)  # 25 KB a put: ~8 segments in all
+    assert len(q._store.segment_numbers()) >= 6
+    while True:
+        lease, items = await get(q, 37)
+        if lease is None:
+            break
+        await settle(q, lease, len(items))
+        await q.fetch_results(10**9)
+    q._store.sync()
+    usage = await q.disk_usage()
+    assert usage["segments"] <= 2, usage
+    assert usage["disk_bytes"] < 3 * seg + 16384, usage
+    assert q._store.generation > 1  # the index was compacted on the way
+
+
+async def test_one_put_batch_is_one_log_append_one_index_write_and_one_sync(tmp_path, monkeypatch):
+    q = open_queue(tmp_path, fsync="always")
+    calls = {"write": 0, "fsync": 0}
+    real_write, real_fsync = os.write, os.fsync
+
+    def counting_write(fd, data):
+        calls["write"] += 1
+        return real_write(fd, data)
+
+    def counting_fsync(fd):
+        calls["fsync"] += 1
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "write", counting_write)
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    await q.put_batch(put_blob(list(range(1000))))
+    assert calls == {"write": 1, "fsync": 1}
+
+
+async def test_sequence_numbers_have_no_lifetime_cap(tmp_path):
+    q = open_queue(tmp_path)
+    q._core.advance_seq(2**40)  # as if a trillion messages had gone through
+    assert await put(q, ["late"]) == [(2**40, 1)]
+    await q.compact()
+    crash(q)
+    q = open_queue(tmp_path)
+    assert await drain(q) == {2**40: ("late", 0)}
+    assert await put(q, ["next"]) == [(2**40 + 1, 1)]
+
+
+async def test_reopening_a_million_ready_messages_is_fast(tmp_path):
+    q = open_queue(tmp_path)
+    for _ in range(50):
+        await put(q, list(range(20_000)))
+    crash(q)
+    q = open_queue(tmp_path)
+    report = await q.recovery_report()
+    assert report["messages"] == 1_000_000
+    assert report["seconds"] < 30  # generous: the benchmark measures it; this only bounds it
