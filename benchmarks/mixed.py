@@ -65,8 +65,8 @@ def main() -> None:
         for bs in variants:
             label = "adaptive" if bs is None else f"batch_size={bs}"
             log(f"daskqueue qp.map, {label}")
+            # no warm-up map: it would teach the adaptive batch size no-op timings
             with daskqueue_pools(client, batch_size=bs) as (qp, cp):
-                qp.map(tasks.noop, range(100))
                 seconds, out = timed(lambda: qp.map(tasks.sleep_for, work))
                 assert len(out) == len(work)
                 details[f"daskqueue_{label}"] = {

@@ -60,3 +60,8 @@ def cpu_seconds() -> tuple[float, float, float]:
     """``(user, system, wall)`` CPU seconds of this process (all threads) and ``time.time()``."""
     t = psutil.Process().cpu_times()
     return t.user, t.system, time.time()
+
+
+def scheduler_task_count(dask_scheduler: Any = None) -> int:
+    """How many tasks the scheduler holds (for ``client.run_on_scheduler``)."""
+    return len(dask_scheduler.tasks)

@@ -64,6 +64,7 @@ class QueueActorBase:
         max_retries: int = defaults.MAX_RETRIES,
         retry_backoff_base_s: float = defaults.RETRY_BACKOFF_BASE_S,
         retry_backoff_max_s: float = defaults.RETRY_BACKOFF_MAX_S,
+        retry_backoff_jitter: float = defaults.RETRY_BACKOFF_JITTER,
         max_message_bytes: int = defaults.MAX_MESSAGE_BYTES,
         seed: int | None = None,
     ) -> None:
@@ -74,6 +75,7 @@ class QueueActorBase:
             max_retries=max_retries,
             retry_backoff_base_s=retry_backoff_base_s,
             retry_backoff_max_s=retry_backoff_max_s,
+            retry_backoff_jitter=retry_backoff_jitter,
             seed=seed,
         )
         self._funcs: dict[bytes, bytes] = {}

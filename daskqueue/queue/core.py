@@ -51,6 +51,7 @@ class Chunk:
     priority: int = 0
     payload: Any = None
     meta: Any = None
+    enqueued: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -164,6 +165,12 @@ class QueueCore:
             raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s!r}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
+        if retry_backoff_base_s < 0 or retry_backoff_max_s < 0:
+            raise ValueError(
+                f"retry backoff must be >= 0, got base {retry_backoff_base_s!r} max {retry_backoff_max_s!r}"
+            )
+        if not 0 <= retry_backoff_jitter <= 1:
+            raise ValueError(f"retry_backoff_jitter must be in [0, 1], got {retry_backoff_jitter!r}")
         self.lease_timeout_s = lease_timeout_s
         self.max_retries = max_retries
         self._backoff = (retry_backoff_base_s, retry_backoff_max_s, retry_backoff_jitter)
@@ -205,6 +212,9 @@ class QueueCore:
         """Make every message of ``chunk`` ready (or delayed until ``not_before``)."""
         if chunk.base_seq + chunk.count > self._next_seq:
             raise ValueError("chunk was not allocated by new_chunk")
+        if chunk.enqueued:
+            raise ValueError(f"chunk at seq {chunk.base_seq} was put already")
+        chunk.enqueued = True
         self._n.total_put += chunk.count
         span = Span(chunk, 0, chunk.count, 0)
         if not_before is not None and not_before > now:
@@ -281,6 +291,10 @@ class QueueCore:
         if bad:
             self._leases[lease_id] = lease
             raise ValueError(f"error positions {bad[:5]} outside the {done} messages that ran")
+        stray = [i for i in fatal if i not in errors]
+        if stray:
+            self._leases[lease_id] = lease
+            raise ValueError(f"fatal positions {sorted(stray)[:5]} have no error")
         self._n.leased -= lease.count
         acked: list[Span] = []
         released: list[Span] = []
@@ -436,6 +450,7 @@ class QueueCore:
     ) -> None:
         """Bring back unsettled messages of ``chunk``: ``(start, stop, attempts)`` spans."""
         self._next_seq = max(self._next_seq, chunk.base_seq + chunk.count)
+        chunk.enqueued = True
         for start, stop, attempts in spans:
             span = Span(chunk, start, stop, attempts)
             self._n.total_put += span.count

@@ -21,11 +21,13 @@ def three_workers():
         yield client
 
 
-def test_killed_consumer_leases_are_redelivered_and_it_is_replaced(three_workers):
+@pytest.mark.parametrize("durability", ["transient", "durable"])
+def test_killed_consumer_leases_are_redelivered_and_it_is_replaced(three_workers, durability, tmp_path):
     client = three_workers
     workers = sorted(client.scheduler_info()["workers"])
     # Queue 0 lives on workers[0]; consumer 2 on workers[2], which we kill.
-    qp = QueuePool(client, 1, lease_timeout_s=1.5)
+    where = {"dirpath": tmp_path / "q"} if durability == "durable" else {}
+    qp = QueuePool(client, 1, lease_timeout_s=1.5, durability=durability, **where)
     cp = ConsumerPool(client, qp, n_consumers=3, batch_size=5)
     cp.start()
     ids = qp.batch_submit([(tasks.logged_sleep, i, 0.01, os.devnull) for i in range(600)])

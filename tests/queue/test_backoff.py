@@ -97,7 +97,7 @@ def test_accepts_jitter_at_the_bounds_of_the_unit_interval(jitter):
 
 @given(
     attempt=st.integers(1, 200),
-    # the core clamps the exponent at 60 to avoid overflow; that equals the formula unless
+    # compute_backoff clamps the exponent at 60 to avoid overflow; that equals the formula unless
     # base_s * 2**60 < max_s, which needs a base far below any real delay
     base_s=st.just(0.0) | st.floats(1e-9, 10.0),
     max_s=st.floats(0.0, 100.0),
