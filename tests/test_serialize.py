@@ -1,0 +1,60 @@
+"""Pickling functions once, by reference or by value, and packing payloads."""
+
+from __future__ import annotations
+
+import pickle
+
+import cloudpickle
+import pytest
+
+from daskqueue.errors import InvalidTaskError, PayloadTooLargeError, SerializationError
+from daskqueue.serialize import pack_payloads, pickle_function
+from tests import tasks
+
+
+def test_module_function_is_pickled_by_reference_and_cached():
+    first = pickle_function(tasks.double)
+    assert pickle.loads(first.data) is tasks.double
+    assert pickle_function(tasks.double) is first  # pickled once per process
+    assert len(first.digest) == 16
+
+
+def test_main_module_function_is_pickled_by_value():
+    def f(x):
+        return x + 1
+
+    f.__module__ = "__main__"
+    f.__qualname__ = "f"
+    pickled = pickle_function(f)
+    assert pickled.data != pickle.dumps(tasks.double)
+    assert cloudpickle.loads(pickled.data)(1) == 2
+
+
+def test_lambda_is_pickled_by_value_and_same_code_gives_same_digest():
+    a = pickle_function(lambda x: x * 3)
+    assert pickle.loads(a.data)(2) == 6
+
+
+def test_non_callable_and_unpicklable_functions_get_typed_errors():
+    with pytest.raises(InvalidTaskError, match="task 4"):
+        pickle_function(42, index=4)
+    with pytest.raises(SerializationError):
+        pickle_function(tasks.Unpicklable().__reduce__)
+
+
+def test_pack_payloads_offsets_delimit_each_pickle():
+    from array import array
+
+    offsets, data = pack_payloads([(1,), ("two",), None], max_message_bytes=1000)
+    offs = array("I")
+    offs.frombytes(offsets)
+    assert [pickle.loads(data[a:b]) for a, b in zip(offs, offs[1:])] == [(1,), ("two",), None]
+
+
+def test_pack_payloads_names_the_bad_index_and_the_too_large_one():
+    with pytest.raises(SerializationError) as info:
+        pack_payloads([1, tasks.Unpicklable(), 3], max_message_bytes=1000, first_index=10)
+    assert info.value.index == 11
+    with pytest.raises(PayloadTooLargeError) as info:
+        pack_payloads([b"", b"x" * 2000], max_message_bytes=1000)
+    assert info.value.index == 1
