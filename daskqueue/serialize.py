@@ -11,6 +11,7 @@ by digest, so a function mapped over a million inputs crosses the wire a handful
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import pickle
@@ -134,8 +135,7 @@ def pack_payloads(
     return offsets.tobytes(), b"".join(pickles)
 
 
-def _fast_dumps(obj: Any) -> bytes:
-    return pickle.dumps(obj, PROTOCOL)
+_fast_dumps = functools.partial(pickle.dumps, protocol=PROTOCOL)
 
 
 # -- put: client -> queue -------------------------------------------------------------------------

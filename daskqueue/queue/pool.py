@@ -24,7 +24,7 @@ from daskqueue.errors import (
     JoinTimeoutError,
     QueueClosedError,
 )
-from daskqueue.messages import MAX_QUEUES, Kind, make_id
+from daskqueue.messages import MAX_QUEUES, QUEUE_INDEX_BITS, Kind, make_id
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.durable import DurableQueue
 from daskqueue.queue.pool_actor import QueuePoolActor
@@ -247,12 +247,41 @@ class QueuePool:
         non-callable task raises (naming its index) and enqueues nothing. Each distinct
         function is pickled once per call.
         """
+        self._check_open()
+        self._check_options(priority, delay_s)
+        tasks = tasks if isinstance(tasks, list) else list(tasks)
+        fast = self._encode_uniform(tasks, type, priority, key, float(delay_s))
+        if fast is not None:
+            return self._send(fast, n=len(tasks))
         calls = []
         for i, task in enumerate(tasks):
             if not isinstance(task, (tuple, list)) or not task:
                 raise InvalidTaskError(f"task {i} must be a tuple (func, *args), got {task!r:.80}")
             calls.append((task[0], tuple(task[1:]), None))
         return self._submit_calls(calls, type=type, priority=priority, key=key, delay_s=delay_s)
+
+    def _encode_uniform(self, tasks, type, priority, key, delay_s):  # type: ignore[no-untyped-def]
+        """The fast path of ``batch_submit``: every task calls one function. Returns None when
+        the tasks are anything else (the general path then validates them one by one)."""
+        try:
+            funcs = {t[0] for t in tasks}
+        except Exception:  # not subscriptable, empty, or an unhashable "function"
+            return None
+        if len(funcs) != 1:
+            return None
+        (func,) = funcs
+        if not callable(func) or not all(isinstance(t, (tuple, list)) for t in tasks[:1]):
+            return None
+        pickled = pickle_function(func)
+        blobs = []
+        for lo in range(0, len(tasks), self.put_batch_size):
+            chunk = tasks[lo : lo + self.put_batch_size]
+            payloads = [t[1:] for t in chunk]
+            positions = range(lo, lo + len(chunk))
+            offsets, data = self._pack(payloads, positions, single=False)
+            group = Group(Kind.CALL, pickled.digest, type, priority, key, delay_s, len(chunk), offsets, data)
+            blobs.append(([group], {pickled.digest: pickled.data}, [positions]))
+        return blobs
 
     def map(
         self,
@@ -292,7 +321,7 @@ class QueuePool:
                 [(x,) for x in chunk], max_message_bytes=self.max_message_bytes, first_index=lo
             )
             group = Group(Kind.CALL, pickled.digest, type, priority, None, 0.0, len(chunk), offsets, data)
-            blobs.append(([group], {pickled.digest: pickled.data}, [list(range(lo, lo + len(chunk)))]))
+            blobs.append(([group], {pickled.digest: pickled.data}, [range(lo, lo + len(chunk))]))
         try:
             self._send(blobs, claim=claim)
             deadline = None if timeout_s is None else started + timeout_s
@@ -355,7 +384,7 @@ class QueuePool:
                 chunk, max_message_bytes=self.max_message_bytes, what="item", first_index=lo
             )
             group = Group(Kind.RAW, None, type, priority, key, float(delay_s), len(chunk), offsets, data)
-            blobs.append(([group], {}, [list(range(lo, lo + len(chunk)))]))
+            blobs.append(([group], {}, [range(lo, lo + len(chunk))]))
         return self._send(blobs, n=len(items))
 
     # -- encoding and sending -----------------------------------------------------------------
@@ -429,6 +458,10 @@ class QueuePool:
             for (first_seq, count), pos in zip(allocated, positions):
                 if claim is not None:
                     self._collector.claim(q, first_seq, count, claim, pos[0])
+                elif isinstance(pos, range) and pos.step == 1:
+                    ids[pos.start : pos.stop] = [
+                        (s << QUEUE_INDEX_BITS) | q for s in range(first_seq, first_seq + count)
+                    ]
                 else:
                     for k, p in enumerate(pos):
                         ids[p] = make_id(q, first_seq + k)
