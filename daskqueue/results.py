@@ -70,20 +70,32 @@ class ResultCollector:
                 self._claim_starts[q] = [self._claim_starts[q][k] for k in keep]
                 self._claims[q] = [self._claims[q][k] for k in keep]
 
-    def poll(self) -> int:
-        """Fetch what every queue has; return how many outcomes arrived."""
+    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None) -> int:
+        """Fetch what the queues have (one call per queue); return how many outcomes arrived.
+
+        With ``queue_index``, ask only that queue; with ``wait_s``, a queue with nothing new
+        holds the call up to ``wait_s`` until an outcome arrives (a long poll).
+        """
         with self._lock:
+            which = range(len(self._queues)) if queue_index is None else [queue_index]
             futures = [
-                (q, queue.fetch_results(self._cursors[q]), queue.fetch_dead(self._dead_cursors[q]))
-                for q, queue in enumerate(self._queues)
+                (q, self._queues[q].fetch_outcomes(self._cursors[q], self._dead_cursors[q], wait_s))
+                for q in which
             ]
             n = 0
-            for q, fr, fd in futures:
-                self._cursors[q], blob = fr.result()
+            for q, future in futures:
+                self._cursors[q], blob, self._dead_cursors[q], dead = future.result()
                 n += self._take_results(pickle.loads(blob))
-                self._dead_cursors[q], dead = fd.result()
                 n += self._take_dead(q, dead)
             return n
+
+    def outcome(self, task_id: int) -> tuple[bool, Any]:
+        """``(True, value)`` or ``(True, RemoteTaskError)`` once known, else ``(False, None)``."""
+        if task_id in self.results:
+            return True, self.results[task_id]
+        if task_id in self.failures:
+            return True, self.failures[task_id]
+        return False, None
 
     def _owner(self, q: int, seq: int) -> tuple[MapClaim, int] | None:
         starts = self._claim_starts[q]

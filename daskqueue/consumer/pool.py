@@ -187,6 +187,28 @@ class ConsumerPool:
         self.queue_pool._collector.poll()
         return dict(self.queue_pool._collector.results)
 
+    def result(self, task_id: int, timeout: float | None = None) -> Any:
+        """The return value of one task, waiting for it (long-polling its queue).
+
+        Raises its :class:`RemoteTaskError` if it was dead-lettered, and
+        :class:`JoinTimeoutError` if it is not settled within ``timeout`` seconds.
+        """
+        from daskqueue.messages import split_id
+
+        collector = self.queue_pool._collector
+        queue_index, _ = split_id(task_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            known, value = collector.outcome(task_id)
+            if known:
+                if isinstance(value, RemoteTaskError) and task_id in collector.failures:
+                    raise value
+                return value
+            left = 1.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise JoinTimeoutError(timeout or 0.0, {"pending": 1})
+            collector.poll(wait_s=min(left, 1.0), queue_index=queue_index)
+
     def failures(self) -> dict[int, RemoteTaskError]:
         """``{task_id: RemoteTaskError}`` of every dead-lettered task so far."""
         self.queue_pool._collector.poll()

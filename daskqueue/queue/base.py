@@ -85,6 +85,7 @@ class QueueActorBase:
         self._closed = False
         self._get_calls = 0
         self._ready_event: asyncio.Event | None = None
+        self._outcome_event: asyncio.Event | None = None
         self._timer_changed: asyncio.Event | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._sweep_at: float | None = None
@@ -105,6 +106,7 @@ class QueueActorBase:
             raise QueueClosedError(f"queue {self.index} is closed")
         if self._sweeper is None:
             self._ready_event = asyncio.Event()
+            self._outcome_event = asyncio.Event()
             self._timer_changed = asyncio.Event()
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
 
@@ -127,6 +129,7 @@ class QueueActorBase:
             expired = self._core.expire(now=now)
             if expired:
                 logger.info("queue %d: %d leased messages expired; redelivering", self.index, expired)
+                self._notify_outcomes()  # some may have been dead-lettered
             try:
                 self._after_change(now)
                 self._housekeeping()
@@ -147,6 +150,12 @@ class QueueActorBase:
         """Make the sweeper recompute its wakeup (new housekeeping may be due sooner)."""
         if self._timer_changed is not None:
             self._timer_changed.set()
+
+    def _notify_outcomes(self) -> None:
+        """Wake ``fetch_outcomes`` waiters: new results or dead letters are here."""
+        if self._outcome_event is not None:
+            self._outcome_event.set()
+            self._outcome_event = asyncio.Event()
 
     def _notify_ready(self) -> None:
         # Waiters hold the old event; new waiters get a fresh one.
@@ -296,6 +305,7 @@ class QueueActorBase:
             self._reschedule()
         if s.n_released:
             self._notify_ready()
+        self._notify_outcomes()
         return s.n_acked, s.n_retried, s.n_dead, s.n_released
 
     async def record_outcomes(self, ranges: list[tuple[int, int]], errors: dict[int, bytes], results: bytes) -> None:
@@ -303,6 +313,7 @@ class QueueActorBase:
         self._start()
         self._add_result((self.index, ranges, sorted(errors), results, errors))
         self._after_change(self._now())
+        self._notify_outcomes()
 
     async def extend(self, lease_ids: list[int]) -> list[int]:
         """Extend live leases by ``lease_timeout_s`` from now; return the ids no longer held."""
@@ -328,6 +339,23 @@ class QueueActorBase:
             self._drop_results(drop)
         end = self._results_base + len(self._results)
         return end, pickle.dumps(self._results, PROTOCOL)
+
+    async def fetch_outcomes(
+        self, cursor: int, dead_cursor: int, wait_s: float = 0.0
+    ) -> tuple[int, bytes, int, list[tuple[int, int, bytes, Any]]]:
+        """``fetch_results`` and ``fetch_dead`` in one call; if neither has anything new,
+        wait up to ``wait_s`` for an outcome to arrive (a long poll, not a loop)."""
+        self._start()
+        end = self._results_base + len(self._results)
+        if wait_s > 0 and cursor >= end and dead_cursor >= len(self._core.dead):
+            assert self._outcome_event is not None
+            try:
+                await asyncio.wait_for(self._outcome_event.wait(), wait_s)
+            except asyncio.TimeoutError:
+                pass
+        cursor, blob = await self.fetch_results(cursor)
+        dead_cursor, dead = await self.fetch_dead(dead_cursor)
+        return cursor, blob, dead_cursor, dead
 
     async def fetch_dead(self, cursor: int) -> tuple[int, list[tuple[int, int, bytes, Any]]]:
         """Dead letters from index ``cursor`` on: ``(seq, attempts, error, meta)`` each."""
@@ -360,6 +388,7 @@ class QueueActorBase:
             assert self._timer_changed is not None
             self._timer_changed.set()
             self._notify_ready()
+            self._notify_outcomes()
             await self._sweeper
             self._sweeper = None
         self._close_storage()

@@ -91,7 +91,8 @@ def _results_or_raise(futures: list[Any]) -> list[Any]:
 class QueuePool:
     """A pool of ``n_queues`` queue actors on the cluster of ``client``.
 
-    Messages are routed round-robin, one put batch (``put_batch_size`` messages) at a time.
+    Messages are routed round-robin, one put batch at a time; a call's messages are spread
+    evenly over the queues, at most ``put_batch_size`` per put.
     Every submission returns message ids; results and failures come back through
     ``ConsumerPool.results()`` / ``failures()`` (or as the return value of :meth:`map`).
 
@@ -274,8 +275,9 @@ class QueuePool:
             return None
         pickled = pickle_function(func)
         blobs = []
-        for lo in range(0, len(tasks), self.put_batch_size):
-            chunk = tasks[lo : lo + self.put_batch_size]
+        size = self._chunk_size(len(tasks))
+        for lo in range(0, len(tasks), size):
+            chunk = tasks[lo : lo + size]
             payloads = [t[1:] for t in chunk]
             positions = range(lo, lo + len(chunk))
             offsets, data = self._pack(payloads, positions, single=False)
@@ -315,8 +317,9 @@ class QueuePool:
 
             bar = tqdm(total=claim.n, unit="task", desc="daskqueue")
         blobs = []
-        for lo in range(0, len(items), self.put_batch_size):
-            chunk = items[lo : lo + self.put_batch_size]
+        size = self._chunk_size(len(items))
+        for lo in range(0, len(items), size):
+            chunk = items[lo : lo + size]
             offsets, data = pack_payloads(
                 [(x,) for x in chunk], max_message_bytes=self.max_message_bytes, first_index=lo
             )
@@ -378,8 +381,9 @@ class QueuePool:
         self._check_options(priority, delay_s)
         items = list(items)
         blobs = []
-        for lo in range(0, len(items), self.put_batch_size):
-            chunk = items[lo : lo + self.put_batch_size]
+        size = self._chunk_size(len(items))
+        for lo in range(0, len(items), size):
+            chunk = items[lo : lo + size]
             offsets, data = pack_payloads(
                 chunk, max_message_bytes=self.max_message_bytes, what="item", first_index=lo
             )
@@ -402,16 +406,21 @@ class QueuePool:
         self._check_options(priority, delay_s)
         blobs = []
         functions: dict[Any, PickledFunction] = {}
-        for lo in range(0, len(calls), self.put_batch_size):
-            blobs.append(self._encode_calls(calls, lo, functions, type, priority, key, float(delay_s)))
+        size = self._chunk_size(len(calls))
+        for lo in range(0, len(calls), size):
+            blobs.append(self._encode_calls(calls, lo, size, functions, type, priority, key, float(delay_s)))
         return self._send(blobs, n=len(calls))
 
-    def _encode_calls(self, calls, lo, functions, type, priority, key, delay_s):  # type: ignore[no-untyped-def]
-        """One put blob's groups for ``calls[lo : lo + put_batch_size]``, one group per kind
-        and function; also returns the input positions of each group's messages."""
+    def _chunk_size(self, n: int) -> int:
+        """Messages per put: spread a call over every queue, at most ``put_batch_size`` each."""
+        return max(1, min(self.put_batch_size, -(-n // self.n_queues)))
+
+    def _encode_calls(self, calls, lo, size, functions, type, priority, key, delay_s):  # type: ignore[no-untyped-def]
+        """One put blob's groups for ``calls[lo : lo + size]``, one group per kind and
+        function; also returns the input positions of each group's messages."""
         by_group: dict[tuple[int, bytes], tuple[list[int], list[Any]]] = {}
         funcs: dict[bytes, bytes] = {}
-        for i in range(lo, min(lo + self.put_batch_size, len(calls))):
+        for i in range(lo, min(lo + size, len(calls))):
             func, args, kwargs = calls[i]
             fkey: Any = func if getattr(func, "__hash__", None) else id(func)
             pickled = functions.get(fkey)

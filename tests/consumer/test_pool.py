@@ -212,3 +212,22 @@ def test_general_consumer_dead_letters_raw_items_at_once(pools):
 
 def test_ids_name_their_queue_and_sequence():
     assert split_id(make_id(3, 12345)) == (3, 12345)
+
+
+def test_result_waits_for_one_task_and_raises_its_failure(pools):
+    qp = pools.queue(2, max_retries=0)
+    cp = pools.consumer(qp)
+    cp.start()
+    assert cp.result(qp.submit(tasks.sleep_then, "slow", 0.3), timeout=30) == "slow"
+    with pytest.raises(RemoteTaskError, match="boom 5"):
+        cp.result(qp.submit(tasks.boom, 5), timeout=30)
+    cp.cancel()
+    with pytest.raises(JoinTimeoutError):
+        cp.result(qp.submit(tasks.double, 1), timeout=0.5)
+
+
+def test_map_times_out_with_counts_when_nothing_consumes(pools):
+    qp = pools.queue(1)
+    pools.consumer(qp)  # never started
+    with pytest.raises(JoinTimeoutError, match="pending=3"):
+        qp.map(tasks.double, [1, 2, 3], timeout_s=0.5)
