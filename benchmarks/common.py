@@ -15,6 +15,7 @@ import math
 import os
 import platform
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -73,8 +74,17 @@ def environment(name: str) -> dict[str, Any]:
 # -- argument parsing --------------------------------------------------------------------------
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def parser(name: str, description: str | None) -> argparse.ArgumentParser:
-    """An argument parser with the options every benchmark shares."""
+    """An argument parser with the options every benchmark shares.
+
+    Also turns SIGTERM into ``SystemExit`` so a killed benchmark (``timeout``, ``run_all``)
+    still closes its clusters instead of orphaning worker processes.
+    """
+    signal.signal(signal.SIGTERM, _terminate)
     p = argparse.ArgumentParser(
         prog=f"python -m benchmarks.{name}",
         description=(description or "").strip().splitlines()[0] if description else None,

@@ -30,13 +30,6 @@ def started_at(x: Any = None) -> float:
     return time.time()
 
 
-def wait_event(name: str, timeout: float = 600.0) -> bool:
-    """Block on the ``distributed.Event`` called ``name`` (a task that holds others back)."""
-    from distributed import Event
-
-    return Event(name).wait(timeout)
-
-
 def _trim() -> None:
     gc.collect()
     try:

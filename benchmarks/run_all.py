@@ -1,0 +1,101 @@
+"""run_all: every benchmark in sequence (each in its own process), then one markdown table.
+
+``--quick`` runs small sizes (a minute or two in all) and writes to ``results/quick/`` so
+full-size results are not overwritten. The combined table goes to ``<results>/run_all.md``
+and the combined JSON to ``<results>/run_all.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+
+BENCHMARKS = ["noop", "submit", "mixed", "latency", "memory", "idle"]
+QUICK_ARGS = {
+    "noop": ["--tasks", "50000", "--baseline-tasks", "2000"],
+    "submit": ["--tasks", "100000"],
+    "mixed": ["--tasks", "2000"],
+    "latency": ["--n", "50"],
+    "memory": ["--messages", "100000", "--dask-tasks", "5000"],
+    "idle": ["--seconds", "3"],
+}
+
+
+def run_one(name: str, extra: list[str], json_path: Path, timeout: float) -> dict[str, Any]:
+    """Run ``python -m benchmarks.<name>``; on timeout SIGTERM it (it closes its clusters)."""
+    cmd = [sys.executable, "-m", f"benchmarks.{name}", *extra, "--json", str(json_path)]
+    common.log("$ " + " ".join(cmd[1:]))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=common.ROOT)
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        rc = "timeout"
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        raise
+    return {"name": name, "command": " ".join(["python", *cmd[1:]]), "returncode": rc,
+            "seconds": time.perf_counter() - t0, "json": str(json_path)}
+
+
+def main() -> None:
+    p = common.parser("run_all", __doc__)
+    p.set_defaults(json=None)
+    p.add_argument("--quick", action="store_true", help="small sizes, results in results/quick/")
+    p.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated benchmarks to run")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per benchmark")
+    args = p.parse_args()
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = set(names) - set(BENCHMARKS)
+    if unknown:
+        p.error(f"unknown benchmarks: {', '.join(sorted(unknown))}")
+    out_dir = common.RESULTS_DIR / "quick" if args.quick else common.RESULTS_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = common.environment("run_all")
+    shared = ["--workers", str(args.workers), "--threads", str(args.threads)]
+    runs = [run_one(n, (QUICK_ARGS[n] if args.quick else []) + shared, out_dir / f"{n}.json", args.timeout)
+            for n in names]
+
+    table: list[list[str]] = []
+    combined: dict[str, Any] = {**env, "options": vars(args), "runs": runs, "results": {}}
+    for run in runs:
+        path = Path(run["json"])
+        if run["returncode"] != 0 or not path.exists():
+            table.append([run["name"], f"FAILED ({run['returncode']})", "", "", "", "", "", ""])
+            continue
+        doc = json.loads(path.read_text())
+        combined["results"][run["name"]] = {"command": doc["command"], "rows": doc["rows"]}
+        for r in doc["rows"]:
+            r = {k: (float("nan") if v is None and k in ("value", "baseline", "ratio") else v) for k, v in r.items()}
+            table.append([run["name"], *common.table_cells(r)])
+    header = ["benchmark", *common.TABLE_COLUMNS]
+    md = common.render_table(header, table, markdown=True)
+    title = (f"daskqueue benchmarks{' (quick)' if args.quick else ''}: {env['timestamp']}, "
+             f"{env['cpu_count']} CPUs, python {env['python']}, distributed {env['distributed']}, "
+             f"daskqueue {env['daskqueue']} @ {env['git_commit']}{' +edits' if env['git_dirty'] else ''}")
+    print(f"\n# {title}\n\n{md}\n")
+    (out_dir / "run_all.md").write_text(f"# {title}\n\n{md}\n")
+    (out_dir / "run_all.json").write_text(json.dumps(common._jsonable(combined), indent=2, default=str) + "\n")
+    print(f"combined results written to {out_dir / 'run_all.md'} and {out_dir / 'run_all.json'}")
+    failed = [r["name"] for r in runs if r["returncode"] != 0]
+    if failed:
+        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
