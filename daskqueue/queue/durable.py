@@ -105,8 +105,9 @@ class DurableQueue(QueueActorBase):
                 fixes.append(record)
                 if record.type == IndexType.RETRY:
                     live += stop - start
-            self._chunk_live[h.base_seq] = [rc.segment, live]
-            pins[rc.segment] = pins.get(rc.segment, 0) + 1
+            if live:  # a chunk rule 6 dead-lettered entirely pins nothing
+                self._chunk_live[h.base_seq] = [rc.segment, live]
+                pins[rc.segment] = pins.get(rc.segment, 0) + 1
         for seq, attempts, error, seg, off in rec.dead:
             self._core.restore_dead(seq, attempts, error)
             self._dead_errors[seq] = (seg, off)
