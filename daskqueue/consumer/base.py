@@ -236,6 +236,10 @@ class ConsumerBase:
         self._fetch_calls += 1
         blob = await self._queues[0].get_batch(n, self._idle_poll_s)
         self._home_idle = blob is None
+        if blob is None and self._fixed_batch is None:
+            # Idle: the next work may be of another kind; learn its duration afresh.
+            self._batch_size = defaults.INITIAL_BATCH_SIZE
+            self._per_item_s = None
         return None if blob is None else await self._decode(0, blob)
 
     async def _decode(self, slot: int, blob: bytes) -> Batch:
