@@ -32,7 +32,8 @@ def test_killed_consumer_leases_are_redelivered_and_it_is_replaced(three_workers
     cp.start()
     ids = qp.batch_submit([(tasks.logged_sleep, i, 0.01, os.devnull) for i in range(600)])
     deadline = time.monotonic() + 30
-    while cp.stats()[2].batches == 0 and time.monotonic() < deadline:
+    # Kill it while it holds leased work (not between two batches).
+    while cp.stats()[2].inflight_items == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     victim = workers[2]
     pid = client.run(os.getpid, workers=[victim])[victim]
