@@ -138,14 +138,15 @@ def local_cluster(
 @contextlib.contextmanager
 def daskqueue_pools(
     client: Any, *, n_queues: int | None = None, n_consumers: int | None = None,
-    start: bool = True, **consumer_options: Any,
+    start: bool = True, queue_options: dict[str, Any] | None = None, **consumer_options: Any,
 ) -> Iterator[tuple[Any, Any]]:
     """``(QueuePool, ConsumerPool)`` on ``client`` (one queue and one consumer per worker by
-    default), closed on exit. ``n_consumers=0`` makes no consumers (``None`` in the tuple)."""
+    default), closed on exit. ``n_consumers=0`` makes no consumers (``None`` in the tuple).
+    ``queue_options`` go to ``QueuePool`` (``durability="durable", dirpath=...``)."""
     from daskqueue import ConsumerPool, QueuePool
 
     n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
-    qp = QueuePool(client, n_queues=n_queues or n_workers)
+    qp = QueuePool(client, n_queues=n_queues or n_workers, **(queue_options or {}))
     cp = None
     try:
         if n_consumers != 0:
