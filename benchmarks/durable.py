@@ -251,7 +251,7 @@ def main() -> None:
     p.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temp dir)")
     p.add_argument("--put-mib", type=positive, default=128, help="MiB put per (payload, policy) case")
     p.add_argument("--batch", type=positive, default=1000, help="messages per put_batch")
-    p.add_argument("--e2e-tasks", type=positive, default=200_000, help="tasks per end-to-end run")
+    p.add_argument("--e2e-tasks", type=positive, default=1_000_000, help="tasks per end-to-end run")
     p.add_argument("--e2e-fsync", choices=POLICIES, default="interval", help="fsync of the durable pool")
     p.add_argument("--repeat", type=positive, default=2, help="end-to-end runs of each kind (best kept)")
     p.add_argument("--reopen-messages", type=positive, default=1_000_000, help="ready messages reopened")
@@ -269,15 +269,17 @@ def main() -> None:
     rows = []
     try:
         log(f"raw disk in {workdir} ({details['filesystem']})")
-        details["dd"] = dd_write(workdir / "dd.bin", min(args.put_mib, 256))
+        dds = [dd_write(workdir / "dd.bin", min(args.put_mib, 256)) for _ in range(3)]
+        details["dd"] = None if dds[0] is None else max(dds, key=lambda d: d["mb_per_s"])
         details["put"], details["raw"], details["transient_put"] = [], {}, {}
         for label, size in SIZES.items():
             block = os.urandom(size * args.batch)
             blocks = max(1, total // len(block))
-            raw = {
+            raw = {  # best of 3: the baseline is the disk at its best, not at its noisiest
                 "block_bytes": len(block), "blocks": blocks,
-                "write_s": raw_write(workdir / "raw.bin", block, blocks, fsync_each=False),
-                "write_fsync_each_s": raw_write(workdir / "raw.bin", block, max(1, blocks // 4), fsync_each=True),
+                "write_s": min(raw_write(workdir / "raw.bin", block, blocks, fsync_each=False) for _ in range(3)),
+                "write_fsync_each_s": min(raw_write(workdir / "raw.bin", block, max(1, blocks // 4), fsync_each=True)
+                                          for _ in range(3)),
             }
             raw["write_mb_per_s"] = blocks * len(block) / raw["write_s"] / 1e6
             raw["write_fsync_each_mb_per_s"] = max(1, blocks // 4) * len(block) / raw["write_fsync_each_s"] / 1e6
@@ -299,7 +301,7 @@ def main() -> None:
                             note="reference: the in-memory queue"))
         if details["dd"]:
             rows.append(row("dd conv=fdatasync, 1 MiB blocks", details["dd"]["mb_per_s"], "MB/s",
-                            "os.write loop, 10 KiB msgs blocks", details["raw"]["10 KiB"]["write_mb_per_s"]))
+                            "os.write loop, 10,000 KiB blocks", details["raw"]["10 KiB"]["write_mb_per_s"]))
         for case in details["put"]:
             if case["policy"] == "interval":
                 label = f"{case['payload_bytes']} B" if case["payload_bytes"] < 1024 else "10 KiB"
