@@ -7,6 +7,10 @@ Who runs what:
 * User code (``process_item``, task functions, ``setup``) runs on the consumer's own
   ``ThreadPoolExecutor`` of ``max_concurrency`` threads, a whole batch per submission.
 
+A queue actor on the consumer's own worker is called directly, as a coroutine on the same
+event loop, instead of through Dask's actor RPC (which would serialize the call and send it
+through a socket to the process it is already in).
+
 Backpressure: at most ``max_concurrency + prefetch_batches`` fetched batches exist at once;
 the loop fetches the next only when one of those slots frees up.
 """
@@ -28,6 +32,21 @@ from daskqueue.serialize import Segment, decode_delivery, dumps, encode_settle, 
 __all__ = ["ConsumerBase", "ConsumerStats", "Batch", "Outcome"]
 
 logger = logging.getLogger("daskqueue")
+
+
+def _bind_local(handle: Any) -> Any:
+    """The queue actor object behind ``handle`` if it lives in this worker process (its
+    ``async`` methods are then awaited directly), else ``handle`` itself."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):  # not on a worker: tests driving a consumer by hand
+        return handle
+    key, address = getattr(handle, "key", None), getattr(handle, "_address", None)
+    if key is None or address != worker.address:
+        return handle
+    return worker.state.actors.get(key, handle)
 
 
 @dataclass(slots=True, eq=False)
@@ -147,6 +166,7 @@ class ConsumerBase:
             self._executor = ThreadPoolExecutor(
                 self.max_concurrency, thread_name_prefix=f"daskqueue-consumer-{self.index}"
             )
+        self._queues = [_bind_local(q) for q in self._queues]
         loop = asyncio.get_running_loop()
         self._loop_task = loop.create_task(self._fetch_loop())
         if not self.early_ack:
