@@ -27,6 +27,7 @@ from daskqueue.errors import (
 from daskqueue.messages import MAX_QUEUES, QUEUE_INDEX_BITS, Kind, make_id
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.durable import DurableQueue
+from daskqueue.queue.handles import direct_handles
 from daskqueue.queue.pool_actor import QueuePoolActor
 from daskqueue.queue.transient import TransientQueue
 from daskqueue.results import MapClaim, ResultCollector
@@ -112,6 +113,10 @@ class QueuePool:
     * ``retry_backoff_base_s`` / ``retry_backoff_max_s``: exponential backoff between retries.
     * ``max_message_bytes`` (default 64 MiB): largest pickled task or item.
     * ``put_batch_size`` (default 20,000): messages per ``put_batch`` call.
+    * ``direct_to_workers``: ``None`` (default) calls the queue actors' workers directly
+      when the client can reach them (checked once, here) and through the scheduler
+      otherwise; ``True`` / ``False`` force one or the other. Defaults to the client's own
+      ``direct_to_workers`` setting when that is set.
 
     Thread safety: use one ``QueuePool`` from one thread at a time.
     """
@@ -134,6 +139,7 @@ class QueuePool:
         max_segment_bytes: int = defaults.MAX_SEGMENT_BYTES,
         compact_index_bytes: int = defaults.COMPACT_INDEX_BYTES,
         name: str | None = None,
+        direct_to_workers: bool | None = None,
     ) -> None:
         if not isinstance(client, Client):
             raise ConfigurationError(f"client must be a distributed.Client, got {type(client).__name__}")
@@ -201,6 +207,9 @@ class QueuePool:
         self._actor = self._pool_future.result()
         self.queues = _results_or_raise(self._queue_futures)
         self._actor.register(self.queues).result()
+        if direct_to_workers is None:
+            direct_to_workers = client.direct_to_workers
+        self.queues = direct_handles(self.queues, direct=direct_to_workers)
         self._rr = itertools.count()
         self._sent_funcs: list[set[bytes]] = [set() for _ in range(n_queues)]
         self._collector = ResultCollector(self.queues)

@@ -114,3 +114,35 @@ def test_repr_and_html_show_the_pool(pools):
     html = qp._repr_html_()
     assert "<table>" in html and "ready" in html
     assert sum(qp.get_queue_size().values()) == 3
+
+
+def test_queue_handles_call_their_workers_directly_not_through_the_scheduler(pools):
+    from distributed.actor import Actor
+
+    from daskqueue.queue.handles import DirectActor
+
+    qp = pools.queue(2)
+    assert all(isinstance(q, DirectActor) for q in qp.queues)
+    assert all(q._worker_rpc.address == q._address for q in qp.queues)
+    cp = pools.consumer(qp, n_consumers=1)
+    cp.start()
+    assert qp.map(tasks.double, range(100)) == [2 * i for i in range(100)]
+    forced = pools.queue(1, direct_to_workers=False)
+    assert type(forced.queues[0]) is Actor
+    forced.put_many(range(3))
+    assert forced.stats()[0].ready == 3
+
+
+def test_unreachable_worker_falls_back_to_the_scheduler_proxy(pools, caplog):
+    from distributed.actor import Actor
+
+    from daskqueue.queue.handles import direct_handles
+
+    qp = pools.queue(1, direct_to_workers=False)
+    good = qp.queues[0]
+    # The same actor, as if its worker's address could not be reached from the client.
+    unreachable = Actor(good._cls, "tcp://127.0.0.1:9", good.key)
+    with caplog.at_level("WARNING", logger="daskqueue"):
+        handles = direct_handles([unreachable], probe_timeout_s=1.0)
+    assert handles == [unreachable]
+    assert "through the scheduler" in caplog.text
