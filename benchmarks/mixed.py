@@ -5,6 +5,12 @@ N tasks (default 20,000) sleep log-normal durations (mean 1 ms) except a rare ta
 ``batch_size=1000`` and the adaptive default, against, in the same run: the ideal (sum of
 durations / total threads), ``client.map(..., pure=False)`` + ``gather`` of the same tasks, and
 a local ``ThreadPoolExecutor`` with as many threads (what ``time.sleep`` really gives here).
+
+Each task returns how long its sleep really took. ``time.sleep`` overshoots by tens of
+microseconds on this machine, about 10% of a 1 ms task, so the nominal ideal is out of reach
+for any system; each system's *measured ideal* (the sum of its tasks' real durations /
+threads) is the floor it could have reached, and makespan / measured ideal is the share of
+time lost to scheduling, fetching and settling.
 """
 
 from __future__ import annotations
@@ -58,37 +64,41 @@ def main() -> None:
     with local_cluster(args.workers, args.threads) as client:
         client.gather(client.map(tasks.noop, range(100)))
         log("client.map(sleep_for, durations, pure=False)")
-        seconds, out = timed(lambda: client.gather(client.map(tasks.sleep_for, work, pure=False)))
+        seconds, out = timed(lambda: client.gather(client.map(tasks.sleep_timed, work, pure=False)))
         assert len(out) == len(work)
-        details["client_map"] = {"makespan_s": seconds}
+        details["client_map"] = {"makespan_s": seconds, "measured_ideal_s": sum(out) / threads}
         log(f"  {seconds:.2f} s")
         for bs in variants:
             label = "adaptive" if bs is None else f"batch_size={bs}"
             log(f"daskqueue qp.map, {label}")
             # no warm-up map: it would teach the adaptive batch size no-op timings
             with daskqueue_pools(client, batch_size=bs) as (qp, cp):
-                seconds, out = timed(lambda: qp.map(tasks.sleep_for, work))
+                seconds, out = timed(lambda: qp.map(tasks.sleep_timed, work))
                 assert len(out) == len(work)
                 details[f"daskqueue_{label}"] = {
-                    "makespan_s": seconds, "consumer_stats": [repr(s) for s in cp.stats()]}
+                    "makespan_s": seconds, "measured_ideal_s": sum(out) / threads,
+                    "consumer_stats": [repr(s) for s in cp.stats()]}
             log(f"  {seconds:.2f} s")
 
     log(f"local ThreadPoolExecutor({threads}) running the same sleeps")
     with ThreadPoolExecutor(threads) as ex:
-        seconds, _ = timed(lambda: list(ex.map(tasks.sleep_for, work)))
-    details["local_threads"] = {"makespan_s": seconds}
+        seconds, out = timed(lambda: list(ex.map(tasks.sleep_timed, work)))
+    details["local_threads"] = {"makespan_s": seconds, "measured_ideal_s": sum(out) / threads}
     log(f"  {seconds:.2f} s")
 
-    systems = [("ideal (sum / threads)", ideal), ("local threads", details["local_threads"]["makespan_s"]),
-               ("client.map", details["client_map"]["makespan_s"])]
-    systems += [(k.removeprefix("daskqueue_"), v["makespan_s"]) for k, v in details.items()
-                if k.startswith("daskqueue_")]
-    print("\n" + common.render_table(["system", "makespan s", "x ideal"],
-                                     [[s, f"{t:.2f}", f"{t / ideal:.2f}x"] for s, t in systems]))
+    systems = [("local threads", details["local_threads"]), ("client.map", details["client_map"])]
+    systems += [(k.removeprefix("daskqueue_"), v) for k, v in details.items() if k.startswith("daskqueue_")]
+    print("\n" + common.render_table(
+        ["system", "makespan s", "x ideal", "measured ideal s", "x measured ideal"],
+        [["ideal (sum / threads)", f"{ideal:.2f}", "1.00x", "", ""]]
+        + [[s, f"{v['makespan_s']:.2f}", f"{v['makespan_s'] / ideal:.2f}x", f"{v['measured_ideal_s']:.2f}",
+            f"{v['makespan_s'] / v['measured_ideal_s']:.3f}x"] for s, v in systems]))
     rows = []
     for key in [k for k in details if k.startswith("daskqueue_")]:
         label, t = key.removeprefix("daskqueue_"), details[key]["makespan_s"]
         rows.append(row(f"makespan, {label}", t, "s", "ideal (sum/threads)", ideal, better="lower"))
+        rows.append(row(f"makespan, {label}", t, "s", "measured ideal (real sleeps / threads)",
+                        details[key]["measured_ideal_s"], better="lower"))
         rows.append(row(f"makespan, {label}", t, "s", "client.map", details["client_map"]["makespan_s"],
                         better="lower"))
         rows.append(row(f"makespan, {label}", t, "s", f"local ThreadPoolExecutor({threads})",

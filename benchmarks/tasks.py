@@ -25,6 +25,14 @@ def sleep_for(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def sleep_timed(seconds: float) -> float:
+    """Sleep ``seconds``; return how long the sleep really took (``time.sleep`` overshoots
+    by tens of microseconds here, which matters for millisecond tasks)."""
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    return time.perf_counter() - t0
+
+
 def started_at(x: Any = None) -> float:
     """Return the wall clock (``time.time()``) when the task started running."""
     return time.time()
