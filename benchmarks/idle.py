@@ -1,8 +1,9 @@
 """idle: worker CPU while consumers wait on empty queues.
 
 For ``--seconds`` (default 10): the CPU time (user + system, psutil) the worker processes use,
-as a percentage of one core (summed over workers), with a QueuePool and started ConsumerPool
-whose queues are empty. Baseline in the same run, on the same cluster, just before: the same
+as a percentage of one core (summed over workers, and per worker), with a QueuePool and
+started ConsumerPool whose queues are empty; and what daskqueue adds per worker, the
+difference. An idle Dask worker alone (heartbeats, system monitor) already uses a few percent. Baseline in the same run, on the same cluster, just before: the same
 window with no daskqueue actors. The scheduler's process (the benchmark's own, in a
 LocalCluster) is reported too.
 """
@@ -55,9 +56,16 @@ def main() -> None:
         log(f"  workers {details['daskqueue']['workers_total_pct']:.2f}% CPU, "
             f"{details['daskqueue']['get_batch_calls_per_s']:.1f} get_batch calls/s")
     b, d = details["baseline"], details["daskqueue"]
+    n = max(1, len(d["workers_pct"]))
+    per_worker, per_worker_base = d["workers_total_pct"] / n, b["workers_total_pct"] / n
+    details["added_pct_per_worker"] = per_worker - per_worker_base
     rows = [
         row("worker CPU, consumers idle", d["workers_total_pct"], "% of a core",
             "idle cluster, no actors", b["workers_total_pct"], better="lower"),
+        row("CPU per worker, consumers idle", per_worker, "% of a core",
+            "idle worker, no actors", per_worker_base, better="lower"),
+        row("CPU daskqueue adds per worker", per_worker - per_worker_base, "% of a core",
+            "idle worker, no actors", per_worker_base, better="lower"),
         row("scheduler process CPU, consumers idle", d["scheduler_process_pct"], "% of a core",
             "idle cluster, no actors", b["scheduler_process_pct"], better="lower"),
     ]
