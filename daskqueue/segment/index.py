@@ -93,10 +93,9 @@ def _replay(
     for k in range(whole):
         at = start + k * size
         buf = view[at : at + size]
-        if buf == _ZERO_RECORD:  # rule 4: zero fill ends the data
-            logger.info("%s: zero-filled space from offset %d ends the index", path, at)
-            return records, good_end
-        if IndexRecord.is_intact(buf):
+        if buf == _ZERO_RECORD:
+            reason = "zero-filled index record"
+        elif IndexRecord.is_intact(buf):
             try:
                 records.append(IndexRecord.from_bytes(buf))
                 good_end = at + size
@@ -105,8 +104,8 @@ def _replay(
                 reason = "unknown index record type"
         else:
             reason = "index record checksum mismatch"
-        if not _intact_after(view, k + 1, whole, start):  # rule 3: the tail is torn
-            logger.info("%s: torn record at offset %d dropped (crash during a write)", path, at)
+        if not _intact_after(view, k + 1, whole, start):  # rules 3 and 4: the tail
+            logger.info("%s: torn write or zero fill from offset %d dropped", path, at)
             return records, good_end
         on_corruption(CorruptRecordError(path, at, reason, size))  # rule 5: skip, go on
         good_end = at + size

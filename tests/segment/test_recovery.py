@@ -217,3 +217,25 @@ async def test_rule9_unreferenced_bytes_after_the_append_point_are_overwritten(t
     q = open_queue(tmp_path)
     assert await drain(q) == {0: ("a", 0), 1: ("b", 0)}
     assert records[0].type == IndexType.CHUNK
+
+
+async def test_rule5_zeroed_record_before_intact_ones_is_corruption_not_the_end(tmp_path):
+    q = open_queue(tmp_path)
+    for item in ["m0", "m1", "m2", "m3", "m4"]:
+        await put(q, [item])  # one CHUNK record each
+    crash(q)
+    path = index_path(tmp_path)
+    size = os.path.getsize(path)
+    offset = FILE_HEADER.size + 2 * REC  # m2's CHUNK record
+    raw = bytearray(open(path, "rb").read())
+    raw[offset : offset + REC] = bytes(REC)
+    open(path, "wb").write(raw)
+    reported = []
+    from daskqueue.segment.store import SegmentStore
+
+    SegmentStore(str(tmp_path), on_corruption=reported.append).close()
+    assert [(e.path, e.offset, e.bytes_dropped) for e in reported] == [(path, offset, REC)]
+    assert os.path.getsize(path) == size  # nothing after the zeros was cut off
+    q = open_queue(tmp_path)
+    assert f"offset {offset}" in (await q.recovery_report())["corruptions"][0]
+    assert {v for v, _ in (await drain(q)).values()} == {"m0", "m1", "m3", "m4"}
