@@ -69,7 +69,6 @@ class DurableQueue(QueueActorBase):
         self._result_refs: list[int] = []  # segment of each record in self._results
         self._chunk_live: dict[int, list[int]] = {}  # base_seq -> [segment, unsettled count]
         self._dead_errors: dict[int, tuple[int, int]] = {}  # seq -> error record location
-        self._sync_pending = False
         self._pending: list[IndexRecord] = []  # index records to go out with the next append
         try:
             recovered = replay(self._store.take_records(), self._store.read_log, self._store.report)
@@ -230,9 +229,7 @@ class DurableQueue(QueueActorBase):
             self._compact()
 
     def _commit(self) -> None:
-        self._store.commit()
-        if self._store.fsync == "interval" and not self._sync_pending:
-            self._sync_pending = True
+        if self._store.commit():  # a new interval sync is pending: the sweeper must plan it
             self._wake_sweeper()
 
     def _settled(self, span: Span) -> None:
@@ -270,7 +267,6 @@ class DurableQueue(QueueActorBase):
         due = self._store.sync_due_in()
         if due is not None and due <= 0:
             self._store.sync()
-            self._sync_pending = False
 
     def _close_storage(self) -> None:
         self._store.close()

@@ -75,6 +75,7 @@ class SegmentStore:
         self._pins: dict[int, int] = {}
         self._unpinned: set[int] = set()
         self._dirty_since: float | None = None
+        self._sync_scheduled = False  # commit() told the owner of the pending interval sync
         self._lock_fd = -1
         self._open_directory()
         try:
@@ -215,11 +216,20 @@ class SegmentStore:
 
     # -- durability ---------------------------------------------------------------------------
 
-    def commit(self) -> None:
+    def commit(self) -> bool:
         """End of one call's writes: sync now under ``always``; otherwise leave it to
-        ``sync_due_in()`` / ``sync()``."""
+        ``sync_due_in()`` / ``sync()``.
+
+        Returns True when an ``interval`` sync became due that the owner has not been told
+        about since the last sync (whoever ran it): the owner must then schedule one.
+        """
         if self.fsync == "always":
             self.sync()
+            return False
+        if self.fsync == "interval" and self._dirty_since is not None and not self._sync_scheduled:
+            self._sync_scheduled = True
+            return True
+        return False
 
     def sync_due_in(self) -> float | None:
         """Seconds until an ``interval`` sync is due (0: now), or None if none is pending."""
@@ -233,6 +243,7 @@ class SegmentStore:
             segment.sync()
         self._index.sync()
         self._dirty_since = None
+        self._sync_scheduled = False
         self._delete_unpinned()
 
     # -- segment lifetimes --------------------------------------------------------------------

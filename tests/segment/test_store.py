@@ -3,6 +3,7 @@ group commit. Real files, no Dask."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import subprocess
@@ -190,3 +191,25 @@ async def test_reopening_a_million_ready_messages_is_fast(tmp_path):
     report = await q.recovery_report()
     assert report["messages"] == 1_000_000
     assert report["seconds"] < 30  # generous: the benchmark measures it; this only bounds it
+
+
+async def test_interval_sync_still_comes_after_a_compaction_that_synced_on_its_own(tmp_path, monkeypatch):
+    q = open_queue(tmp_path, fsync="interval", fsync_interval_s=0.02, compact_index_bytes=4096)
+    generation = q._store.generation
+    while q._store.generation == generation:  # until a settle's write compacts (and syncs)
+        await put(q, ["y"] * 3)
+        lease, _ = await get(q, 3)
+        await settle(q, lease, 3)
+    await asyncio.sleep(0.1)
+    synced = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        synced.append(fd)
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    await put(q, ["acknowledged after the compaction"])
+    await asyncio.sleep(0.5)  # 25 intervals: FORMAT.md bounds the unsynced time to one
+    assert q._store._index._fd in synced
+    await q.close()
