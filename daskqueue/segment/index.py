@@ -32,14 +32,22 @@ class IndexSegment:
 
     @classmethod
     def create(cls, path: str, records: list[IndexRecord] = ()) -> IndexSegment:  # type: ignore[assignment]
-        """Create ``path`` with a header and ``records``, fsynced (compaction relies on it)."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        """Create ``path`` with a header and ``records``, crash-safely: written and fsynced as
+        ``path + ".tmp"``, then renamed to ``path`` with ``os.replace``. The caller fsyncs the
+        directory; recovery rule 1 deletes a ``.tmp`` a crash left."""
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:
             data = pack_file_header(INDEX_MAGIC) + b"".join(r.to_bytes() for r in records)
-            _write_all(fd, data, path)
+            _write_all(fd, data, tmp)
             os.fsync(fd)
+            os.replace(tmp, path)
         except BaseException:
             os.close(fd)
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
             raise
         return cls(path, fd, len(data))
 

@@ -21,7 +21,7 @@ from daskqueue.segment.format import (
     pack_file_header,
 )
 
-__all__ = ["LogSegment", "check_header"]
+__all__ = ["LogSegment", "check_header", "header_is_blank"]
 
 _PAGE = mmap.ALLOCATIONGRANULARITY
 
@@ -39,6 +39,14 @@ def check_header(path: str, head: bytes, magic: bytes) -> None:
         raise FormatVersionError(path, version, FORMAT_VERSION)
 
 
+def header_is_blank(path: str) -> bool:
+    """True if ``path`` is shorter than a file header or its header is all zeros: what a crash
+    between creating a segment and its header reaching the disk leaves (recovery rule 2)."""
+    with open(path, "rb") as f:
+        head = f.read(FILE_HEADER.size)
+    return len(head) < FILE_HEADER.size or not any(head)
+
+
 class LogSegment:
     """One log segment file of fixed capacity; records are appended at ``end``."""
 
@@ -53,16 +61,26 @@ class LogSegment:
 
     @classmethod
     def create(cls, path: str, number: int, capacity: int) -> LogSegment:
-        """Create a sparse segment of ``capacity`` bytes holding only its header."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        """Create a sparse segment of ``capacity`` bytes holding only its header.
+
+        Crash-safe: the file is written and fsynced as ``path + ".tmp"`` and only then renamed
+        to ``path``, so ``path`` never exists without its header (recovery rule 1 deletes a
+        ``.tmp`` a crash left). The caller fsyncs the directory to make the name durable.
+        """
+        if os.path.exists(path):
+            raise StoreError(f"{path}: log segment exists already")
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.ftruncate(fd, capacity)  # sparse: no blocks, no zero buffer
             head = pack_file_header(LOG_MAGIC)
-            _reserve(fd, 0, len(head), path)
+            _reserve(fd, 0, len(head), tmp)
             os.pwrite(fd, head, 0)
+            os.fsync(fd)
+            os.replace(tmp, path)
         except BaseException:
             os.close(fd)
-            os.unlink(path)
+            _unlink_if_there(tmp)
             raise
         return cls(path, number, fd, capacity, len(head))
 
@@ -148,6 +166,13 @@ def _crc_continue(data: bytes | memoryview, crc: int) -> int:
     import crc32c
 
     return crc32c.crc32c(data, crc)
+
+
+def _unlink_if_there(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _reserve(fd: int, offset: int, length: int, path: str) -> None:

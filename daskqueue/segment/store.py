@@ -17,6 +17,7 @@ from typing import Callable, Literal
 
 from daskqueue.errors import (
     CorruptRecordError,
+    CorruptStoreError,
     ForeignDirectoryError,
     PayloadTooLargeError,
     StoreError,
@@ -34,7 +35,7 @@ from daskqueue.segment.format import (
     log_name,
 )
 from daskqueue.segment.index import IndexSegment
-from daskqueue.segment.log import LogSegment
+from daskqueue.segment.log import LogSegment, header_is_blank
 
 __all__ = ["SegmentStore", "FsyncPolicy"]
 
@@ -120,17 +121,24 @@ class SegmentStore:
 
     def _open_files(self) -> None:
         names = os.listdir(self.dirpath)
-        # Rule 1: an unfinished compaction is discarded; the newest complete index wins.
+        # Rule 1: unfinished compactions and file creations are discarded; the newest
+        # complete index wins.
         for name in names:
-            if name.endswith(".index.tmp"):
-                logger.info("%s: discarding unfinished compaction %s", self.dirpath, name)
+            if name.endswith(".tmp"):
+                logger.info("%s: discarding unfinished file %s", self.dirpath, name)
                 os.unlink(os.path.join(self.dirpath, name))
-        generations = sorted(int(n[:-6]) for n in names if n.endswith(".index") and n[:-6].isdigit())
+        generations = _numbered(names, ".index")
         for old in generations[:-1]:
             os.unlink(os.path.join(self.dirpath, index_name(old)))
-        numbers = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
+        numbers = _numbered(names, ".log")
+        unfinished = self._unfinished_rollover(numbers)
         for number in numbers:
-            self._segments[number] = LogSegment.open(self._path(log_name(number)), number)
+            if number != unfinished:
+                self._segments[number] = LogSegment.open(self._path(log_name(number)), number)
+        if generations == [1] and not numbers and header_is_blank(self._path(index_name(1))):
+            # Rule 2: the first index of a new store, its creation interrupted by a crash.
+            os.unlink(self._path(index_name(1)))
+            generations = []
         if generations:
             self.generation = generations[-1]
             self._index, self.records = IndexSegment.open(
@@ -141,11 +149,29 @@ class SegmentStore:
             self._index = IndexSegment.create(self._path(index_name(1)))
             self.records = []
             _fsync_dir(self.dirpath)
+        if unfinished is not None:
+            self._discard_rollover(unfinished)
         self._last_compacted_size = self._index.size
         if not self._segments:
             self._new_segment(1)
         self.active = self._segments[max(self._segments)]
         self.active.end = self._append_point(self.active.number)
+
+    def _unfinished_rollover(self, numbers: list[int]) -> int | None:
+        """Rule 2's exception: the newest segment, if its header is blank (all zeros)."""
+        if numbers and header_is_blank(self._path(log_name(numbers[-1]))):
+            return numbers[-1]
+        return None
+
+    def _discard_rollover(self, number: int) -> None:
+        """Rule 2: a blank-headed newest segment no index record names never held an
+        acknowledged record: a crash interrupted its creation. One that is named is refused."""
+        path = self._path(log_name(number))
+        if any(r.segment == number for r in self.records):
+            raise CorruptStoreError(f"{path}: header is all zeros, yet the index names this segment")
+        os.unlink(path)
+        _fsync_dir(self.dirpath)
+        logger.info("%s: deleted %s, a segment whose creation a crash interrupted", self.dirpath, path)
 
     def _append_point(self, number: int) -> int:
         """Rule 9: after the furthest record of segment ``number`` that the index references."""
@@ -294,14 +320,10 @@ class SegmentStore:
         """Compaction: make ``records`` the whole index, crash-safely (FORMAT.md)."""
         self.sync()  # copied-forward log records must be on disk before the index names them
         nxt = self.generation + 1
-        final = self._path(index_name(nxt))
-        tmp = final + ".tmp"
-        new = IndexSegment.create(tmp, records)  # written and fsynced
-        os.replace(tmp, final)
+        new = IndexSegment.create(self._path(index_name(nxt)), records)  # fsynced, renamed
         _fsync_dir(self.dirpath)
         old = self._index
         self._index, self.generation = new, nxt
-        new.path = final
         old.close()
         os.unlink(old.path)
         self._last_compacted_size = new.size
@@ -340,6 +362,12 @@ class SegmentStore:
 
     def _path(self, name: str) -> str:
         return os.path.join(self.dirpath, name)
+
+
+def _numbered(names: list[str], suffix: str) -> list[int]:
+    """The numbers of the files named ``<number><suffix>``, ascending."""
+    stems = (n[: -len(suffix)] for n in names if n.endswith(suffix))
+    return sorted(int(stem) for stem in stems if stem.isdigit())
 
 
 def _fsync_dir(path: str) -> None:

@@ -32,6 +32,63 @@ async def test_rule1_unfinished_compaction_is_discarded_and_newest_index_wins(tm
     assert [v for v, _ in (await drain(q)).values()] == ["a", "b"]
 
 
+async def test_rule1_files_whose_creation_a_crash_interrupted_are_discarded(tmp_path):
+    q = open_queue(tmp_path, max_segment_bytes=65536)
+    await put(q, ["a"])
+    crash(q)
+    (tmp_path / (log_name(2) + ".tmp")).write_bytes(bytes(FILE_HEADER.size))  # a rollover, cut short
+    q = open_queue(tmp_path, max_segment_bytes=65536)
+    assert sorted(p.name for p in tmp_path.glob("*.tmp")) == []
+    await put(q, [b"x" * 40000, b"y" * 40000])  # rolls over into segment 2 after all
+    crash(q)
+    q = open_queue(tmp_path, max_segment_bytes=65536)
+    assert [v for v, _ in (await drain(q)).values()] == ["a", b"x" * 40000, b"y" * 40000]
+
+
+async def test_rule1_a_new_store_whose_first_index_was_cut_short_opens_empty(tmp_path):
+    (tmp_path / "DASKQUEUE").write_bytes(b"daskqueue queue store\n")
+    (tmp_path / (index_name(1) + ".tmp")).write_bytes(b"")  # crashed while creating it
+    q = open_queue(tmp_path)
+    await put(q, ["a"])
+    crash(q)
+    assert await drain(open_queue(tmp_path)) == {0: ("a", 0)}
+
+
+async def test_rule2_blank_header_on_a_new_segment_no_index_record_names_is_deleted(tmp_path):
+    q = open_queue(tmp_path, max_segment_bytes=65536)
+    await put(q, ["a"])
+    crash(q)
+    # What creating segment 2 in place left when the crash came before its header was written.
+    with open(tmp_path / log_name(2), "wb") as f:
+        f.truncate(65536)
+    q = open_queue(tmp_path, max_segment_bytes=65536)
+    assert not (tmp_path / log_name(2)).exists()
+    assert await drain(q) == {0: ("a", 0)}
+
+
+async def test_rule2_blank_header_on_a_segment_the_index_names_is_refused(tmp_path):
+    q = open_queue(tmp_path)
+    await put(q, ["a"])
+    crash(q)
+    seg = tmp_path / log_name(1)
+    raw = bytearray(seg.read_bytes())
+    raw[: FILE_HEADER.size] = bytes(FILE_HEADER.size)
+    seg.write_bytes(raw)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(CorruptStoreError, match="index names"):
+        open_queue(tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+async def test_rule2_blank_first_index_of_a_store_without_segments_is_an_unfinished_creation(tmp_path):
+    (tmp_path / "DASKQUEUE").write_bytes(b"daskqueue queue store\n")
+    (tmp_path / index_name(1)).write_bytes(b"")  # created in place, a crash before its header
+    q = open_queue(tmp_path)
+    await put(q, ["a"])
+    crash(q)
+    assert await drain(open_queue(tmp_path)) == {0: ("a", 0)}
+
+
 async def test_rule2_wrong_magic_is_refused_and_nothing_is_modified(tmp_path):
     q = open_queue(tmp_path)
     await put(q, ["a"])
