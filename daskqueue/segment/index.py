@@ -8,13 +8,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from dataclasses import dataclass
 from typing import Callable
 
 from daskqueue.errors import CorruptRecordError, StoreError, StoreFullError
 from daskqueue.segment.format import FILE_HEADER, INDEX_MAGIC, INDEX_RECORD, IndexRecord, pack_file_header
 from daskqueue.segment.log import check_header
 
-__all__ = ["IndexSegment"]
+__all__ = ["IndexSegment", "Replayed", "read_index"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -52,18 +53,17 @@ class IndexSegment:
         return cls(path, fd, len(data))
 
     @classmethod
-    def open(
-        cls, path: str, on_corruption: Callable[[CorruptRecordError], None]
-    ) -> tuple[IndexSegment, list[IndexRecord]]:
-        """Open ``path``, replay it by recovery rules 2-5, and return it with its records."""
-        with open(path, "rb") as f:
-            data = f.read()
-        check_header(path, data, INDEX_MAGIC)
-        records, good_end = _replay(path, data, on_corruption)
+    def open(cls, path: str, good_end: int) -> IndexSegment:
+        """Open ``path`` for appending at ``good_end`` (from :func:`read_index`); a torn tail or
+        zero fill after it (rules 3, 4) is truncated away for good."""
         fd = os.open(path, os.O_RDWR | os.O_APPEND)
-        if good_end < len(data):
-            os.ftruncate(fd, good_end)  # drop the torn tail / zero fill for good
-        return cls(path, fd, good_end), records
+        try:
+            if os.fstat(fd).st_size > good_end:
+                os.ftruncate(fd, good_end)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, good_end)
 
     def append(self, records: list[IndexRecord]) -> None:
         """Append ``records`` in one ``write`` (group commit); roll back on error."""
@@ -87,6 +87,26 @@ class IndexSegment:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+@dataclass(eq=False)
+class Replayed:
+    """An index file read by rules 2-5: its records, where its good data ends, and the
+    records rule 5 skipped. Reading it changed nothing on disk."""
+
+    records: list[IndexRecord]
+    good_end: int
+    corruptions: list[CorruptRecordError]
+
+
+def read_index(path: str) -> Replayed:
+    """Read and replay ``path`` by recovery rules 2-5, without modifying it."""
+    with open(path, "rb") as f:
+        data = f.read()
+    check_header(path, data, INDEX_MAGIC)
+    corruptions: list[CorruptRecordError] = []
+    records, good_end = _replay(path, data, corruptions.append)
+    return Replayed(records, good_end, corruptions)
 
 
 def _replay(

@@ -34,7 +34,7 @@ from daskqueue.segment.format import (
     index_name,
     log_name,
 )
-from daskqueue.segment.index import IndexSegment
+from daskqueue.segment.index import IndexSegment, Replayed, read_index
 from daskqueue.segment.log import LogSegment, header_is_blank
 
 __all__ = ["SegmentStore", "FsyncPolicy"]
@@ -75,6 +75,7 @@ class SegmentStore:
         self._segments: dict[int, LogSegment] = {}
         self._pins: dict[int, int] = {}
         self._unpinned: set[int] = set()
+        self._retained: set[int] = set()  # never deleted before the next compaction (rule 5)
         self._dirty_since: float | None = None
         self._sync_scheduled = False  # commit() told the owner of the pending interval sync
         self._lock_fd = -1
@@ -120,58 +121,75 @@ class SegmentStore:
             raise StoreLockedError(f"{path} is open in another queue actor (its LOCK is held)") from None
 
     def _open_files(self) -> None:
+        # Rules 1-5 only decide; files change once every check has passed, so an open that
+        # is refused leaves the directory as it was.
         names = os.listdir(self.dirpath)
-        # Rule 1: unfinished compactions and file creations are discarded; the newest
-        # complete index wins.
-        for name in names:
-            if name.endswith(".tmp"):
-                logger.info("%s: discarding unfinished file %s", self.dirpath, name)
-                os.unlink(os.path.join(self.dirpath, name))
+        doomed = sorted(n for n in names if n.endswith(".tmp"))  # rule 1
         generations = _numbered(names, ".index")
-        for old in generations[:-1]:
-            os.unlink(os.path.join(self.dirpath, index_name(old)))
+        doomed += [index_name(g) for g in generations[:-1]]  # rule 1: older generations
         numbers = _numbered(names, ".log")
-        unfinished = self._unfinished_rollover(numbers)
-        for number in numbers:
-            if number != unfinished:
-                self._segments[number] = LogSegment.open(self._path(log_name(number)), number)
         if generations == [1] and not numbers and header_is_blank(self._path(index_name(1))):
-            # Rule 2: the first index of a new store, its creation interrupted by a crash.
-            os.unlink(self._path(index_name(1)))
+            doomed.append(index_name(1))  # rule 2: a new store's first index, cut short
             generations = []
-        if generations:
-            self.generation = generations[-1]
-            self._index, self.records = IndexSegment.open(
-                self._path(index_name(self.generation)), self._report
+        if numbers and not generations:  # rule 1: logs without the index that explains them
+            raise CorruptStoreError(
+                f"{self.dirpath}: log segments {numbers} but no index file; refusing to open it "
+                "as an empty queue (that would overwrite them). Nothing was modified."
             )
-        else:
-            self.generation = 1
-            self._index = IndexSegment.create(self._path(index_name(1)))
-            self.records = []
-            _fsync_dir(self.dirpath)
+        unfinished = self._open_segments(numbers)  # rule 2
+        replayed = read_index(self._path(index_name(generations[-1]))) if generations else None
         if unfinished is not None:
-            self._discard_rollover(unfinished)
+            self._check_unfinished(unfinished, replayed)  # rule 2
+            doomed.append(log_name(unfinished))
+        self._remove(doomed)
+        self._open_index(generations[-1] if generations else None, replayed)
         self._last_compacted_size = self._index.size
         if not self._segments:
             self._new_segment(1)
         self.active = self._segments[max(self._segments)]
         self.active.end = self._append_point(self.active.number)
 
-    def _unfinished_rollover(self, numbers: list[int]) -> int | None:
-        """Rule 2's exception: the newest segment, if its header is blank (all zeros)."""
+    def _open_segments(self, numbers: list[int]) -> int | None:
+        """Open every segment by rule 2; return the newest's number if its header is blank
+        (rule 2's exception: decided once the index is read), else None."""
+        unfinished = None
         if numbers and header_is_blank(self._path(log_name(numbers[-1]))):
-            return numbers[-1]
-        return None
+            unfinished = numbers[-1]
+        for number in numbers:
+            if number != unfinished:
+                self._segments[number] = LogSegment.open(self._path(log_name(number)), number)
+        return unfinished
 
-    def _discard_rollover(self, number: int) -> None:
-        """Rule 2: a blank-headed newest segment no index record names never held an
-        acknowledged record: a crash interrupted its creation. One that is named is refused."""
-        path = self._path(log_name(number))
-        if any(r.segment == number for r in self.records):
-            raise CorruptStoreError(f"{path}: header is all zeros, yet the index names this segment")
-        os.unlink(path)
-        _fsync_dir(self.dirpath)
-        logger.info("%s: deleted %s, a segment whose creation a crash interrupted", self.dirpath, path)
+    def _check_unfinished(self, number: int, replayed: Replayed | None) -> None:
+        """Rule 2: a blank-headed newest segment that an index record names is refused; one no
+        record names never held an acknowledged record (a crash interrupted its creation)."""
+        if replayed is not None and any(r.segment == number for r in replayed.records):
+            raise CorruptStoreError(
+                f"{self._path(log_name(number))}: header is all zeros, yet the index names this segment"
+            )
+
+    def _remove(self, names: list[str]) -> None:
+        """Rules 1 and 2: delete what an interrupted compaction or file creation left."""
+        for name in names:
+            logger.info("%s: deleting %s, left by an interrupted compaction or file creation", self.dirpath, name)
+            os.unlink(self._path(name))
+        if names:
+            _fsync_dir(self.dirpath)
+
+    def _open_index(self, generation: int | None, replayed: Replayed | None) -> None:
+        """Open the newest index (rules 3-5: truncate its tail, report its corruption) or, in a
+        new store, create generation 1."""
+        if replayed is None or generation is None:
+            self.generation = 1
+            self._index = IndexSegment.create(self._path(index_name(1)))
+            self.records = []
+            _fsync_dir(self.dirpath)
+            return
+        self.generation = generation
+        self._index = IndexSegment.open(self._path(index_name(generation)), replayed.good_end)
+        self.records = replayed.records
+        for error in replayed.corruptions:
+            self._report(error)
 
     def _append_point(self, number: int) -> int:
         """Rule 9: after the furthest record of segment ``number`` that the index references."""
@@ -188,6 +206,9 @@ class SegmentStore:
     def _report(self, error: CorruptRecordError) -> None:
         logger.error("corruption: %s", error)
         self.corruptions.append(error)
+        # Rule 5: a skipped record may have been the only reference to acknowledged messages in
+        # some segment; keep every segment there is now until compaction drops the damage.
+        self._retained.update(self._segments)
         if self._on_corruption is not None:
             self._on_corruption(error)
 
@@ -298,7 +319,7 @@ class SegmentStore:
         # Called after the index fsync: the records that settled these segments' last
         # messages are on disk, so no recovery will look for them.
         for number in sorted(self._unpinned):
-            if number == self.active.number or self._pins.get(number):
+            if number == self.active.number or self._pins.get(number) or number in self._retained:
                 continue
             segment = self._segments.pop(number, None)
             if segment is not None:
@@ -324,6 +345,7 @@ class SegmentStore:
         _fsync_dir(self.dirpath)
         old = self._index
         self._index, self.generation = new, nxt
+        self._retained.clear()  # the new index no longer holds the damaged records
         old.close()
         os.unlink(old.path)
         self._last_compacted_size = new.size

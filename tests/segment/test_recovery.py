@@ -32,6 +32,32 @@ async def test_rule1_unfinished_compaction_is_discarded_and_newest_index_wins(tm
     assert [v for v, _ in (await drain(q)).values()] == ["a", "b"]
 
 
+async def test_rule1_log_segments_without_an_index_are_refused_and_nothing_is_modified(tmp_path):
+    q = open_queue(tmp_path)
+    await put(q, ["a", "b"])
+    crash(q)
+    os.unlink(index_path(tmp_path))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(CorruptStoreError, match=f"{tmp_path}: log segments \\[1\\] but no index"):
+        open_queue(tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+async def test_rule1_older_generations_are_kept_when_the_newest_index_is_refused(tmp_path):
+    q = open_queue(tmp_path)
+    await put(q, ["a"])
+    await q.compact()  # generation 2
+    crash(q)
+    (tmp_path / index_name(1)).write_bytes(b"an older generation")
+    (tmp_path / (index_name(3) + ".tmp")).write_bytes(b"half a compaction")
+    newest = tmp_path / index_name(2)
+    newest.write_bytes(b"NOTOURS!" + newest.read_bytes()[8:])
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(CorruptStoreError, match="wrong magic"):
+        open_queue(tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 async def test_rule1_files_whose_creation_a_crash_interrupted_are_discarded(tmp_path):
     q = open_queue(tmp_path, max_segment_bytes=65536)
     await put(q, ["a"])
@@ -205,6 +231,25 @@ async def test_rule5_corrupt_chunk_log_record_loses_only_its_own_messages(tmp_pa
     assert report["lost_messages"] == 2
     assert f"offset {second.offset}" in report["corruptions"][0]
     assert await drain(q) == {0: ("first", 0)}
+
+
+async def test_rule5_segments_outlive_an_open_that_reports_corruption_until_compaction(tmp_path):
+    q = open_queue(tmp_path, max_segment_bytes=65536)
+    await put(q, [b"x" * 40000])  # segment 1
+    await put(q, [b"y" * 40000])  # segment 2
+    first = [r for r in await _records(tmp_path) if r.type == IndexType.CHUNK][0]
+    crash(q)
+    seg = tmp_path / log_name(1)
+    raw = bytearray(seg.read_bytes())
+    raw[first.offset + 100] ^= 0xFF  # the only live record of segment 1 is damaged
+    seg.write_bytes(raw)
+    q = open_queue(tmp_path, max_segment_bytes=65536)
+    assert (await q.recovery_report())["lost_messages"] == 1
+    assert await drain(q) == {1: (b"y" * 40000, 0)}
+    q._store.sync()
+    assert seg.read_bytes() == raw  # still there for salvage
+    await q.compact()
+    assert not seg.exists()  # the compacted index no longer names it
 
 
 async def test_rule6_leased_at_crash_comes_back_ready_with_one_more_attempt(tmp_path):
