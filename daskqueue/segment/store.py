@@ -273,6 +273,11 @@ class SegmentStore:
         if self.fsync == "always":
             self.sync()
             return False
+        if self.fsync == "never" and self._deletable():
+            # Reclaim disk under every policy: one index fsync per retired segment makes the
+            # records that settled its last messages durable, then it can go.
+            self._index.sync()
+            self._delete_unpinned()
         if self.fsync == "interval" and self._dirty_since is not None and not self._sync_scheduled:
             self._sync_scheduled = True
             return True
@@ -315,18 +320,26 @@ class SegmentStore:
         self._pins = dict(pinned)
         self._unpinned = set(self._segments) - set(pinned)
 
+    def _deletable(self) -> list[int]:
+        """Segments holding no live record, other than the active one and those rule 5 keeps."""
+        return sorted(
+            n for n in self._unpinned
+            if n != self.active.number and not self._pins.get(n) and n not in self._retained
+        )
+
     def _delete_unpinned(self) -> None:
         # Called after the index fsync: the records that settled these segments' last
         # messages are on disk, so no recovery will look for them.
-        for number in sorted(self._unpinned):
-            if number == self.active.number or self._pins.get(number) or number in self._retained:
-                continue
+        for number in self._deletable():
             segment = self._segments.pop(number, None)
             if segment is not None:
                 segment.close()
                 os.unlink(segment.path)
                 logger.debug("%s: deleted log segment %d", self.dirpath, number)
-        self._unpinned.clear()
+        # An active segment emptied while active stays a candidate for when a rollover
+        # retires it; retained ones come back with the pins compaction resets.
+        active = self.active.number
+        self._unpinned = {active} if active in self._unpinned and not self._pins.get(active) else set()
 
     # -- compaction ---------------------------------------------------------------------------
 

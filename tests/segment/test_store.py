@@ -152,6 +152,34 @@ async def test_disk_use_returns_to_about_one_segment_once_everything_is_acked(tm
     assert q._store.generation > 1  # the index was compacted on the way
 
 
+async def test_under_fsync_never_disk_use_also_returns_to_about_one_segment(tmp_path):
+    seg = 65536
+    q = open_queue(tmp_path, fsync="never", max_segment_bytes=seg)  # no compaction, no sync
+    for _ in range(20):
+        await put(q, [bytes(500)] * 50)
+    assert len(q._store.segment_numbers()) >= 6
+    while True:
+        lease, items = await get(q, 37)
+        if lease is None:
+            break
+        await settle(q, lease, len(items))
+        await q.fetch_results(10**9)
+    usage = await q.disk_usage()
+    assert usage["segments"] <= 2, usage
+    assert usage["disk_bytes"] < 3 * seg + 16384, usage
+    assert q._store.generation == 1
+
+
+async def test_a_segment_emptied_while_active_is_deleted_once_a_rollover_retires_it(tmp_path):
+    q = open_queue(tmp_path, fsync="always", max_segment_bytes=65536)
+    await put(q, [b"x" * 30000])
+    lease, _ = await get(q)
+    await settle(q, lease, 1)
+    await q.fetch_results(10**9)  # segment 1 holds nothing live, but it is the active one
+    await put(q, [b"y" * 40000])  # rolls over to segment 2
+    await put(q, [b"z"])
+    assert q._store.segment_numbers() == [2]
+
 async def test_one_put_batch_is_one_log_append_one_index_write_and_one_sync(tmp_path, monkeypatch):
     q = open_queue(tmp_path, fsync="always")
     calls = {"write": 0, "fsync": 0}
