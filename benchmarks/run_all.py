@@ -17,7 +17,7 @@ from typing import Any
 
 from benchmarks import common
 
-BENCHMARKS = ["noop", "submit", "mixed", "latency", "memory", "idle", "durable"]
+BENCHMARKS = ["noop", "submit", "mixed", "latency", "memory", "idle", "direct", "durable"]
 QUICK_ARGS = {
     "noop": ["--tasks", "50000", "--baseline-tasks", "2000"],
     "submit": ["--tasks", "100000"],
@@ -25,6 +25,7 @@ QUICK_ARGS = {
     "latency": ["--n", "50"],
     "memory": ["--messages", "100000", "--dask-tasks", "5000"],
     "idle": ["--seconds", "3"],
+    "direct": ["--rounds", "2", "--n", "30", "--map-tasks", "50000"],
     "durable": ["--put-mib", "16", "--e2e-tasks", "20000", "--repeat", "1", "--reopen-messages", "200000",
                 "--reopen-single", "10000"],
 }

@@ -5,9 +5,9 @@ A Dask ``Actor`` handle held by a client sends every method call through the sch
 hops per call, and every put blob of a million-task ``map`` passing through the scheduler's
 process. daskqueue's design keeps the scheduler out of the data path, so the ``QueuePool``
 wraps its queue handles in :class:`DirectActor`, which opens a connection to the actor's
-worker instead. Measured on a 2-core machine (benchmarks/README.md): one actor call after an
-idle gap 2.2 -> 1.9 ms, submit -> result p50 5.2-5.9 -> 4.2-5.2 ms, 300,000-task ``map``
-750-800k -> 850k-1,040k tasks/s.
+worker instead. ``python -m benchmarks.direct`` measures both in one run: on a 2-core machine,
+single-task submit -> result p50 after an idle gap went from 6.7 to 5.5 ms; ``map``
+throughput did not change beyond the noise (the scheduler was not the bottleneck there).
 
 Where the client cannot reach the workers (a login node behind a firewall), the first call
 is probed at pool creation and the pool falls back to the scheduler's proxy, with a warning.
