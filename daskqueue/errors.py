@@ -33,6 +33,8 @@ __all__ = [
     "FormatVersionError",
     "CorruptRecordError",
     "StoreFullError",
+    "StoreIOError",
+    "StorePermissionError",
 ]
 
 
@@ -211,3 +213,30 @@ class CorruptRecordError(StoreError):
 
 class StoreFullError(StoreError):
     """The disk (or quota) is full: the write was refused and rolled back; retry later."""
+
+
+class StoreIOError(StoreError):
+    """The operating system failed a file operation of the store (``EIO`` from a read, write,
+    ``fsync`` or ``msync``, ...). ``path``, ``operation`` and ``errno`` say which; the
+    ``OSError`` is the ``__cause__``.
+
+    After a failed write-back (``fsync``/``msync``) the kernel may have dropped the unwritten
+    pages, so the store refuses every later write with this error: reopen the queue, and
+    recovery reads what really is on disk. Writes acknowledged before the failure were in the
+    page cache, so a process that keeps running loses none of them.
+    """
+
+    def __init__(self, path: str, operation: str, errno: int | None, detail: str) -> None:
+        super().__init__(f"{path}: {operation} failed: {detail}")
+        self.path = path
+        self.operation = operation
+        self.errno = errno
+        self.detail = detail
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.path, self.operation, self.errno, self.detail))
+
+
+class StorePermissionError(StoreIOError):
+    """The store's directory or one of its files may not be read or written (``EACCES``,
+    ``EPERM``, ``EROFS``); nothing was modified by the refused operation."""

@@ -5,15 +5,14 @@ Not thread-safe; owned by one ``SegmentStore``. See FORMAT.md, "Index" and the r
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 from dataclasses import dataclass
 from typing import Callable
 
-from daskqueue.errors import CorruptRecordError, StoreError, StoreFullError
+from daskqueue.errors import CorruptRecordError
 from daskqueue.segment.format import FILE_HEADER, INDEX_MAGIC, INDEX_RECORD, IndexRecord, pack_file_header
-from daskqueue.segment.log import check_header
+from daskqueue.segment.log import check_header, os_errors, unlink_if_there
 
 __all__ = ["IndexSegment", "Replayed", "read_index"]
 
@@ -37,18 +36,17 @@ class IndexSegment:
         ``path + ".tmp"``, then renamed to ``path`` with ``os.replace``. The caller fsyncs the
         directory; recovery rule 1 deletes a ``.tmp`` a crash left."""
         tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        with os_errors(tmp, "create an index"):
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:
             data = pack_file_header(INDEX_MAGIC) + b"".join(r.to_bytes() for r in records)
             _write_all(fd, data, tmp)
-            os.fsync(fd)
-            os.replace(tmp, path)
+            with os_errors(tmp, "create an index"):
+                os.fsync(fd)
+                os.replace(tmp, path)
         except BaseException:
             os.close(fd)
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            unlink_if_there(tmp)
             raise
         return cls(path, fd, len(data))
 
@@ -56,31 +54,39 @@ class IndexSegment:
     def open(cls, path: str, good_end: int) -> IndexSegment:
         """Open ``path`` for appending at ``good_end`` (from :func:`read_index`); a torn tail or
         zero fill after it (rules 3, 4) is truncated away for good."""
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        with os_errors(path, "open the index"):
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
         try:
-            if os.fstat(fd).st_size > good_end:
-                os.ftruncate(fd, good_end)
+            with os_errors(path, "truncate the index's torn tail"):
+                if os.fstat(fd).st_size > good_end:
+                    os.ftruncate(fd, good_end)
         except BaseException:
             os.close(fd)
             raise
         return cls(path, fd, good_end)
 
     def append(self, records: list[IndexRecord]) -> None:
-        """Append ``records`` in one ``write`` (group commit); roll back on error."""
+        """Append ``records`` in one ``write`` (group commit); roll back on error.
+
+        A refused write (:class:`StoreFullError`, ...) leaves the file as it was; if even the
+        roll-back fails, :class:`StoreIOError` says so and the owner must stop writing.
+        """
         if not records:
             return
         data = b"".join(r.to_bytes() for r in records)
         try:
             _write_all(self._fd, data, self.path)
         except BaseException:
-            os.ftruncate(self._fd, self.size)  # no half record may stay behind
+            with os_errors(self.path, "roll back a failed append"):
+                os.ftruncate(self._fd, self.size)  # no half record may stay behind
             raise
         self.size += len(data)
         self.dirty = True
 
     def sync(self) -> None:
         if self.dirty:
-            os.fsync(self._fd)
+            with os_errors(self.path, "fsync"):
+                os.fsync(self._fd)
             self.dirty = False
 
     def close(self) -> None:
@@ -101,8 +107,9 @@ class Replayed:
 
 def read_index(path: str) -> Replayed:
     """Read and replay ``path`` by recovery rules 2-5, without modifying it."""
-    with open(path, "rb") as f:
-        data = f.read()
+    with os_errors(path, "read the index"):
+        with os.fdopen(os.open(path, os.O_RDONLY), "rb") as f:
+            data = f.read()
     check_header(path, data, INDEX_MAGIC)
     corruptions: list[CorruptRecordError] = []
     records, good_end = _replay(path, data, corruptions.append)
@@ -155,11 +162,7 @@ def _intact_after(view: memoryview, first: int, whole: int, start: int) -> bool:
 
 def _write_all(fd: int, data: bytes, path: str) -> None:
     view = memoryview(data)
-    try:
+    with os_errors(path, f"append {len(data)} bytes"):
         while view:
             n = os.write(fd, view)
             view = view[n:]
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise StoreFullError(f"{path}: no space left to append {len(data)} bytes") from e
-        raise StoreError(f"{path}: write failed: {e}") from e

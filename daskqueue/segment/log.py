@@ -9,8 +9,18 @@ import errno
 import mmap
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from daskqueue.errors import CorruptRecordError, CorruptStoreError, FormatVersionError, StoreError, StoreFullError
+from daskqueue.errors import (
+    CorruptRecordError,
+    CorruptStoreError,
+    FormatVersionError,
+    StoreError,
+    StoreFullError,
+    StoreIOError,
+    StorePermissionError,
+)
 from daskqueue.segment.format import (
     FILE_HEADER,
     FORMAT_VERSION,
@@ -21,9 +31,30 @@ from daskqueue.segment.format import (
     pack_file_header,
 )
 
-__all__ = ["LogSegment", "check_header", "header_is_blank"]
+__all__ = ["LogSegment", "check_header", "header_is_blank", "os_errors", "store_error", "unlink_if_there"]
 
 _PAGE = mmap.ALLOCATIONGRANULARITY
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def store_error(e: OSError, path: str, operation: str) -> StoreError:
+    """The :class:`StoreError` leaf for an ``OSError`` of ``operation`` on ``path``."""
+    if e.errno in _FULL:
+        return StoreFullError(f"{path}: no space left to {operation}")
+    cls = StorePermissionError if e.errno in _DENIED else StoreIOError
+    return cls(path, operation, e.errno, e.strerror or str(e))
+
+
+@contextmanager
+def os_errors(path: str, operation: str) -> Iterator[None]:
+    """Raise an ``OSError`` from inside as its :class:`StoreError` leaf, ``from`` it."""
+    try:
+        yield
+    except OSError as e:
+        raise store_error(e, path, operation) from e
 
 
 def check_header(path: str, head: bytes, magic: bytes) -> None:
@@ -42,8 +73,12 @@ def check_header(path: str, head: bytes, magic: bytes) -> None:
 def header_is_blank(path: str) -> bool:
     """True if ``path`` is shorter than a file header or its header is all zeros: what a crash
     between creating a segment and its header reaching the disk leaves (recovery rule 2)."""
-    with open(path, "rb") as f:
-        head = f.read(FILE_HEADER.size)
+    with os_errors(path, "read the header"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            head = os.pread(fd, FILE_HEADER.size, 0)
+        finally:
+            os.close(fd)
     return len(head) < FILE_HEADER.size or not any(head)
 
 
@@ -70,31 +105,34 @@ class LogSegment:
         if os.path.exists(path):
             raise StoreError(f"{path}: log segment exists already")
         tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os_errors(tmp, "create a log segment"):
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.ftruncate(fd, capacity)  # sparse: no blocks, no zero buffer
-            head = pack_file_header(LOG_MAGIC)
-            _reserve(fd, 0, len(head), tmp)
-            os.pwrite(fd, head, 0)
-            os.fsync(fd)
-            os.replace(tmp, path)
+            with os_errors(tmp, "create a log segment"):
+                os.ftruncate(fd, capacity)  # sparse: no blocks, no zero buffer
+                head = pack_file_header(LOG_MAGIC)
+                _reserve(fd, 0, len(head), tmp)
+                os.pwrite(fd, head, 0)
+                os.fsync(fd)
+                os.replace(tmp, path)
+                return cls(path, number, fd, capacity, len(head))
         except BaseException:
             os.close(fd)
-            _unlink_if_there(tmp)
+            unlink_if_there(tmp)
             raise
-        return cls(path, number, fd, capacity, len(head))
 
     @classmethod
     def open(cls, path: str, number: int) -> LogSegment:
         """Open an existing segment; the store sets ``end`` from the index (recovery rule 9)."""
-        fd = os.open(path, os.O_RDWR)
+        with os_errors(path, "open a log segment"):
+            fd = os.open(path, os.O_RDWR)
         try:
-            check_header(path, os.pread(fd, FILE_HEADER.size, 0), LOG_MAGIC)
-            capacity = os.fstat(fd).st_size
+            with os_errors(path, "open a log segment"):
+                check_header(path, os.pread(fd, FILE_HEADER.size, 0), LOG_MAGIC)
+                return cls(path, number, fd, os.fstat(fd).st_size, FILE_HEADER.size)
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, number, fd, capacity, FILE_HEADER.size)
 
     def __repr__(self) -> str:
         return f"<LogSegment {self.number}: {self.end:,}/{self.capacity:,} bytes>"
@@ -152,7 +190,8 @@ class LogSegment:
         """``msync`` the bytes appended since the last sync."""
         if self.end > self._synced:
             start = self._synced - self._synced % _PAGE
-            self._map.flush(start, self.end - start)
+            with os_errors(self.path, "msync"):
+                self._map.flush(start, self.end - start)
             self._synced = self.end
 
     def close(self) -> None:
@@ -168,7 +207,7 @@ def _crc_continue(data: bytes | memoryview, crc: int) -> int:
     return crc32c.crc32c(data, crc)
 
 
-def _unlink_if_there(path: str) -> None:
+def unlink_if_there(path: str) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -179,7 +218,5 @@ def _reserve(fd: int, offset: int, length: int, path: str) -> None:
     try:
         os.posix_fallocate(fd, offset, length)
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise StoreFullError(f"{path}: no space left for {length} bytes") from e
         if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # file systems without fallocate
-            raise StoreError(f"{path}: cannot reserve {length} bytes: {e}") from e
+            raise store_error(e, path, f"reserve {length} bytes") from e

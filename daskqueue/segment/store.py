@@ -21,6 +21,8 @@ from daskqueue.errors import (
     ForeignDirectoryError,
     PayloadTooLargeError,
     StoreError,
+    StoreFullError,
+    StoreIOError,
     StoreLockedError,
 )
 from daskqueue.segment.format import (
@@ -35,7 +37,7 @@ from daskqueue.segment.format import (
     log_name,
 )
 from daskqueue.segment.index import IndexSegment, Replayed, read_index
-from daskqueue.segment.log import LogSegment, header_is_blank
+from daskqueue.segment.log import LogSegment, header_is_blank, os_errors, store_error
 
 __all__ = ["SegmentStore", "FsyncPolicy"]
 
@@ -79,6 +81,7 @@ class SegmentStore:
         self._dirty_since: float | None = None
         self._sync_scheduled = False  # commit() told the owner of the pending interval sync
         self._lock_fd = -1
+        self._failed: StoreError | None = None  # a failed write-back or roll-back: stop writing
         self._open_directory()
         try:
             self._open_files()
@@ -92,38 +95,58 @@ class SegmentStore:
         path = self.dirpath
         if os.path.exists(path) and not os.path.isdir(path):
             raise StoreError(f"{path} exists and is not a directory")
-        try:
+        with os_errors(path, "use as a queue directory"):
             os.makedirs(path, exist_ok=True)
             entries = set(os.listdir(path))
-        except OSError as e:
-            raise StoreError(f"cannot use {path} as a queue directory: {e}") from e
-        marker = os.path.join(path, MARKER_NAME)
-        if MARKER_NAME not in entries:
-            if entries - {LOCK_NAME}:
-                raise ForeignDirectoryError(
-                    f"{path} is not empty and is not a daskqueue store (no {MARKER_NAME} file)"
-                )
-            with open(marker, "wb") as f:
+        if MARKER_NAME in entries:
+            self._check_marker()
+        elif entries - {LOCK_NAME, MARKER_NAME + ".tmp"}:
+            raise ForeignDirectoryError(
+                f"{path} is not empty and is not a daskqueue store (no {MARKER_NAME} file)"
+            )
+        else:
+            self._write_marker()
+        self._lock()
+
+    def _check_marker(self) -> None:
+        marker = self._path(MARKER_NAME)
+        with os_errors(marker, "read the store marker"):
+            with open(marker, "rb") as f:
+                text = f.read()
+        if text != MARKER_TEXT:
+            raise ForeignDirectoryError(f"{marker} is not a daskqueue store marker")
+
+    def _write_marker(self) -> None:
+        """Write the marker as ``.tmp``, fsynced, renamed: a crash leaves none or a whole one."""
+        marker = self._path(MARKER_NAME)
+        with os_errors(marker, "write the store marker"):
+            with open(marker + ".tmp", "wb") as f:
                 f.write(MARKER_TEXT)
                 f.flush()
                 os.fsync(f.fileno())
-            _fsync_dir(path)
-        else:
-            with open(marker, "rb") as f:
-                if f.read() != MARKER_TEXT:
-                    raise ForeignDirectoryError(f"{marker} is not a daskqueue store marker")
-        self._lock_fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+            os.replace(marker + ".tmp", marker)
+            _fsync_dir(self.dirpath)
+
+    def _lock(self) -> None:
+        path = self._path(LOCK_NAME)
+        with os_errors(path, "open the lock file"):
+            self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self._lock_fd)
             self._lock_fd = -1
-            raise StoreLockedError(f"{path} is open in another queue actor (its LOCK is held)") from None
+            raise StoreLockedError(f"{self.dirpath} is open in another queue actor (its LOCK is held)") from None
+        except OSError as e:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise store_error(e, path, "lock") from e
 
     def _open_files(self) -> None:
         # Rules 1-5 only decide; files change once every check has passed, so an open that
         # is refused leaves the directory as it was.
-        names = os.listdir(self.dirpath)
+        with os_errors(self.dirpath, "list the queue directory"):
+            names = os.listdir(self.dirpath)
         doomed = sorted(n for n in names if n.endswith(".tmp"))  # rule 1
         generations = _numbered(names, ".index")
         doomed += [index_name(g) for g in generations[:-1]]  # rule 1: older generations
@@ -172,9 +195,10 @@ class SegmentStore:
         """Rules 1 and 2: delete what an interrupted compaction or file creation left."""
         for name in names:
             logger.info("%s: deleting %s, left by an interrupted compaction or file creation", self.dirpath, name)
-            os.unlink(self._path(name))
+            with os_errors(self._path(name), "delete"):
+                os.unlink(self._path(name))
         if names:
-            _fsync_dir(self.dirpath)
+            self._sync_dir()
 
     def _open_index(self, generation: int | None, replayed: Replayed | None) -> None:
         """Open the newest index (rules 3-5: truncate its tail, report its corruption) or, in a
@@ -183,7 +207,7 @@ class SegmentStore:
             self.generation = 1
             self._index = IndexSegment.create(self._path(index_name(1)))
             self.records = []
-            _fsync_dir(self.dirpath)
+            self._sync_dir()
             return
         self.generation = generation
         self._index = IndexSegment.open(self._path(index_name(generation)), replayed.good_end)
@@ -231,6 +255,7 @@ class SegmentStore:
     def append_log(self, kind: LogType, *parts: bytes | memoryview) -> tuple[int, int]:
         """Append a log record to the active segment (rolling over if full); return
         ``(segment, offset)``. Raises :class:`PayloadTooLargeError` if no segment can hold it."""
+        self._check_usable()
         length = sum(len(p) for p in parts)
         if length > self.max_record_body:
             raise PayloadTooLargeError(length, self.max_record_body)
@@ -247,7 +272,14 @@ class SegmentStore:
         return seg.read(offset)
 
     def append_index(self, records: list[IndexRecord]) -> None:
-        self._index.append(records)
+        self._check_usable()
+        try:
+            self._index.append(records)
+        except StoreFullError:
+            raise  # rolled back: the index is as it was
+        except StoreError as e:
+            self._fail(e)
+            raise
         self._mark_dirty()
 
     def _mark_dirty(self) -> None:
@@ -256,8 +288,8 @@ class SegmentStore:
 
     def _new_segment(self, number: int) -> LogSegment:
         segment = LogSegment.create(self._path(log_name(number)), number, self.max_segment_bytes)
-        _fsync_dir(self.dirpath)
-        self._segments[number] = segment
+        self._segments[number] = segment  # closed by close() even if the next line fails
+        self._sync_dir()
         logger.debug("%s: new log segment %d", self.dirpath, number)
         return segment
 
@@ -276,7 +308,7 @@ class SegmentStore:
         if self.fsync == "never" and self._deletable():
             # Reclaim disk under every policy: one index fsync per retired segment makes the
             # records that settled its last messages durable, then it can go.
-            self._index.sync()
+            self._write_back(self._index.sync)
             self._delete_unpinned()
         if self.fsync == "interval" and self._dirty_since is not None and not self._sync_scheduled:
             self._sync_scheduled = True
@@ -285,15 +317,20 @@ class SegmentStore:
 
     def sync_due_in(self) -> float | None:
         """Seconds until an ``interval`` sync is due (0: now), or None if none is pending."""
-        if self._dirty_since is None or self.fsync != "interval":
+        if self._dirty_since is None or self.fsync != "interval" or self._failed is not None:
             return None
         return max(0.0, self._dirty_since + self.fsync_interval_s - time.monotonic())
 
     def sync(self) -> None:
-        """msync the log appends, fsync the index, then delete segments left unpinned."""
+        """msync the log appends, fsync the index, then delete segments left unpinned.
+
+        A failure (:class:`StoreIOError`, or :class:`StoreFullError` from a file system that
+        allocates at write-back) makes the store refuse every later write: the kernel may have
+        dropped the pages it could not write, so only a reopen knows what is on disk.
+        """
         for segment in self._segments.values():
-            segment.sync()
-        self._index.sync()
+            self._write_back(segment.sync)
+        self._write_back(self._index.sync)
         self._dirty_since = None
         self._sync_scheduled = False
         self._delete_unpinned()
@@ -334,8 +371,7 @@ class SegmentStore:
             segment = self._segments.pop(number, None)
             if segment is not None:
                 segment.close()
-                os.unlink(segment.path)
-                logger.debug("%s: deleted log segment %d", self.dirpath, number)
+                _unlink_or_warn(segment.path)  # a next open deletes what is left (no pins)
         # An active segment emptied while active stays a candidate for when a rollover
         # retires it; retained ones come back with the pins compaction resets.
         active = self.active.number
@@ -355,13 +391,13 @@ class SegmentStore:
         self.sync()  # copied-forward log records must be on disk before the index names them
         nxt = self.generation + 1
         new = IndexSegment.create(self._path(index_name(nxt)), records)  # fsynced, renamed
-        _fsync_dir(self.dirpath)
         old = self._index
-        self._index, self.generation = new, nxt
+        self._index, self.generation = new, nxt  # renamed into place: it is the index now
         self._retained.clear()  # the new index no longer holds the damaged records
-        old.close()
-        os.unlink(old.path)
         self._last_compacted_size = new.size
+        self._sync_dir()
+        old.close()
+        _unlink_or_warn(old.path)  # rule 1 deletes an older generation left behind
         logger.info("%s: compacted the index to %d records (%d bytes)", self.dirpath, len(records), new.size)
 
     # -- inspection and closing ---------------------------------------------------------------
@@ -369,7 +405,9 @@ class SegmentStore:
     def disk_bytes(self) -> int:
         """Bytes allocated on disk by the store's files (sparse space not counted)."""
         total = 0
-        for name in os.listdir(self.dirpath):
+        with os_errors(self.dirpath, "list the queue directory"):
+            names = os.listdir(self.dirpath)
+        for name in names:
             try:
                 total += os.stat(self._path(name)).st_blocks * 512
             except FileNotFoundError:
@@ -382,7 +420,7 @@ class SegmentStore:
     def close(self) -> None:
         """Sync and release everything, the lock last. Idempotent."""
         try:
-            if getattr(self, "_index", None) is not None and self._segments:
+            if getattr(self, "_index", None) is not None and self._segments and self._failed is None:
                 self.sync()
         finally:
             for segment in self._segments.values():
@@ -398,11 +436,46 @@ class SegmentStore:
     def _path(self, name: str) -> str:
         return os.path.join(self.dirpath, name)
 
+    # -- failure ------------------------------------------------------------------------------
+
+    def _sync_dir(self) -> None:
+        """fsync the directory (new or renamed names); a failure stops all writing."""
+        self._write_back(lambda: _fsync_dir(self.dirpath))
+
+    def _write_back(self, sync: Callable[[], None]) -> None:
+        """Run one msync/fsync; if it fails, no later write is accepted (see ``sync``)."""
+        self._check_usable()
+        try:
+            with os_errors(self.dirpath, "fsync"):  # _fsync_dir's errors; the rest wrap their own
+                sync()
+        except StoreError as e:
+            self._fail(e)
+            raise
+
+    def _fail(self, error: StoreError) -> None:
+        logger.error("%s: %s; refusing further writes until the queue is reopened", self.dirpath, error)
+        self._failed = error
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise StoreIOError(
+                self.dirpath, "write", getattr(self._failed, "errno", None),
+                f"refused after an earlier failure ({self._failed}); reopen the queue",
+            ) from self._failed
+
 
 def _numbered(names: list[str], suffix: str) -> list[int]:
     """The numbers of the files named ``<number><suffix>``, ascending."""
     stems = (n[: -len(suffix)] for n in names if n.endswith(suffix))
     return sorted(int(stem) for stem in stems if stem.isdigit())
+
+
+def _unlink_or_warn(path: str) -> None:
+    try:
+        os.unlink(path)
+        logger.debug("deleted %s", path)
+    except OSError as e:
+        logger.warning("cannot delete %s (%s); the next open will", path, e)
 
 
 def _fsync_dir(path: str) -> None:

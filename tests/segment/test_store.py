@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import mmap
 import os
 import subprocess
 
@@ -15,10 +16,16 @@ from daskqueue.errors import (
     PayloadTooLargeError,
     StoreError,
     StoreFullError,
+    StoreIOError,
     StoreLockedError,
+    StorePermissionError,
 )
 from daskqueue.segment.store import SegmentStore
 from tests.segment.helpers import crash, drain, get, open_queue, put, put_blob, settle
+
+
+def _files(dirpath):
+    return {p.name: p.read_bytes() for p in dirpath.iterdir()}
 
 
 async def test_second_opener_of_a_queue_directory_is_refused(tmp_path):
@@ -101,6 +108,71 @@ async def test_full_index_write_is_rolled_back(tmp_path, monkeypatch):
     crash(q)
     got = await drain(open_queue(tmp_path))
     assert [v for v, _ in got.values()] == ["before"]
+
+
+@pytest.mark.parametrize("denied", [".index", ".log", "LOCK"])
+async def test_a_store_file_the_os_denies_is_a_typed_error_and_changes_nothing(tmp_path, monkeypatch, denied):
+    q = open_queue(tmp_path)
+    await put(q, ["acked"])
+    crash(q)
+    before = _files(tmp_path)
+    real_open = os.open
+
+    def denying_open(path, flags, *args, **kwargs):  # root ignores chmod: deny at the os call
+        if str(path).endswith(denied):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", denying_open)
+    with pytest.raises(StorePermissionError) as info:
+        open_queue(tmp_path)
+    monkeypatch.undo()
+    assert info.value.path.endswith(denied) and info.value.errno == errno.EACCES
+    assert isinstance(info.value.__cause__, PermissionError)
+    assert _files(tmp_path) == before
+    assert await drain(open_queue(tmp_path)) == {0: ("acked", 0)}
+
+
+async def test_failed_fsync_is_a_typed_error_then_writes_are_refused_and_nothing_acked_is_lost(tmp_path, monkeypatch):
+    q = open_queue(tmp_path, fsync="always")
+    await put(q, ["a"])
+    await put(q, ["b"])
+
+    def eio(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", eio)
+    with pytest.raises(StoreIOError) as info:
+        await put(q, ["not acknowledged"])
+    monkeypatch.undo()
+    assert info.value.errno == errno.EIO and info.value.operation == "fsync"
+    with pytest.raises(StoreIOError, match="reopen the queue"):  # the kernel may have dropped pages
+        await put(q, ["refused"])
+    await q.close()
+    got = [v for v, _ in (await drain(open_queue(tmp_path))).values()]
+    assert got[:2] == ["a", "b"] and "refused" not in got
+
+
+async def test_failed_msync_is_a_typed_error_and_nothing_acked_is_lost(tmp_path, monkeypatch):
+    failing = []
+
+    class FlakyMap(mmap.mmap):
+        def flush(self, *args):
+            if failing:
+                raise OSError(errno.EIO, "Input/output error")
+            return super().flush(*args)
+
+    monkeypatch.setattr(mmap, "mmap", FlakyMap)
+    q = open_queue(tmp_path, fsync="always")
+    await put(q, ["a"])
+    failing.append(True)
+    with pytest.raises(StoreIOError) as info:
+        await put(q, ["not acknowledged"])
+    assert info.value.operation == "msync" and info.value.errno == errno.EIO
+    await q.close()
+    monkeypatch.undo()
+    got = [v for v, _ in (await drain(open_queue(tmp_path))).values()]
+    assert got[0] == "a"
 
 
 @pytest.fixture
