@@ -9,7 +9,7 @@ from array import array
 from typing import Any
 
 from daskqueue import defaults
-from daskqueue.errors import CorruptRecordError, PayloadTooLargeError
+from daskqueue.errors import CorruptRecordError, PayloadTooLargeError, StoreError
 from daskqueue.queue.base import QueueActorBase
 from daskqueue.queue.core import LEASE_EXPIRED, Chunk, Span
 from daskqueue.segment.format import ChunkHeader, IndexRecord, IndexType, LogType
@@ -226,7 +226,16 @@ class DurableQueue(QueueActorBase):
         self._store.append_index(records)
         self._commit()
         if self._store.needs_compaction():
+            self._compact_or_postpone()
+
+    def _compact_or_postpone(self) -> None:
+        # The call's own records are written and committed: a failed compaction must not turn
+        # its answer into an error. It changed nothing (see _compact); try again later.
+        try:
             self._compact()
+        except StoreError as e:
+            logger.warning("queue %d: compaction failed, postponed: %s", self.index, e)
+            self._store.postpone_compaction()
 
     def _commit(self) -> None:
         if self._store.commit():  # a new interval sync is pending: the sweeper must plan it
@@ -274,30 +283,45 @@ class DurableQueue(QueueActorBase):
     # -- compaction ---------------------------------------------------------------------------
 
     def _compact(self) -> None:
-        """Rewrite the index with only live state; copy small live log records forward."""
+        """Rewrite the index with only live state; copy small live log records forward.
+
+        The queue's references and the store's pins change only once the new index is in
+        place: a compaction that fails (a full disk) leaves both as they were, and the copies
+        it appended are bytes no index names.
+        """
         store = self._store
         next_result = self._results_base + len(self._results)
         records = [IndexRecord(IndexType.WATERMARK, self._core.next_seq, 0, 0, 0, next_result)]
         pins: dict[int, int] = {}
+        func_refs = self._copy_funcs(records, pins)
+        self._chunk_records(records, pins)
+        dead_errors = self._copy_dead(records, pins)
+        result_refs = self._copy_results(records, pins)
+        store.replace_index(records)
+        self._func_refs, self._dead_errors, self._result_refs = func_refs, dead_errors, result_refs
+        store.reset_pins(pins)
+        store.sync()
 
-        def pin(seg: int) -> None:
-            pins[seg] = pins.get(seg, 0) + 1
-
+    def _copy_funcs(self, records: list[IndexRecord], pins: dict[int, int]) -> dict[bytes, tuple[int, int]]:
+        refs = {}
         for digest, data in self._funcs.items():
-            seg, off = store.append_log(LogType.FUNC, digest, data)
-            self._func_refs[digest] = (seg, off)
+            seg, off = self._store.append_log(LogType.FUNC, digest, data)
+            refs[digest] = (seg, off)
             records.append(IndexRecord(IndexType.FUNC, 0, 0, 0, seg, off))
-            pin(seg)
+            pins[seg] = pins.get(seg, 0) + 1
+        return refs
+
+    def _chunk_records(self, records: list[IndexRecord], pins: dict[int, int]) -> None:
+        """Each chunk with live messages: its CHUNK record, ACKs for the settled gaps, and the
+        RETRY/LEASE records of its live spans."""
         by_chunk: dict[int, list[tuple[Span, str]]] = {}
-        chunks: dict[int, Chunk] = {}
         for span, state in self._core.live_spans():
             by_chunk.setdefault(span.chunk.base_seq, []).append((span, state))
-            chunks[span.chunk.base_seq] = span.chunk
         for base in sorted(by_chunk):
-            chunk = chunks[base]
+            chunk = by_chunk[base][0][0].chunk
             _, _, seg, off = chunk.payload
             records.append(IndexRecord(IndexType.CHUNK, base, chunk.count, 0, seg, off))
-            pin(seg)
+            pins[seg] = pins.get(seg, 0) + 1
             cursor = 0
             for span, state in sorted(by_chunk[base], key=lambda x: x[0].start):
                 if span.start > cursor:
@@ -309,23 +333,26 @@ class DurableQueue(QueueActorBase):
                 cursor = span.stop
             if cursor < chunk.count:
                 records.append(IndexRecord(IndexType.ACK, base + cursor, chunk.count - cursor))
+
+    def _copy_dead(self, records: list[IndexRecord], pins: dict[int, int]) -> dict[int, tuple[int, int]]:
+        refs: dict[int, tuple[int, int]] = {}
         copied: dict[bytes, tuple[int, int]] = {}
         for d in self._core.dead:
             if d.error not in copied:
-                copied[d.error] = store.append_log(LogType.ERROR, d.error)
-            seg, off = copied[d.error]
-            self._dead_errors[d.seq] = (seg, off)
+                copied[d.error] = self._store.append_log(LogType.ERROR, d.error)
+            seg, off = refs[d.seq] = copied[d.error]
             records.append(IndexRecord(IndexType.DEAD, d.seq, 1, min(d.attempts, 255), seg, off))
-            pin(seg)
-        self._result_refs = []
+            pins[seg] = pins.get(seg, 0) + 1
+        return refs
+
+    def _copy_results(self, records: list[IndexRecord], pins: dict[int, int]) -> list[int]:
+        refs = []
         for k, record in enumerate(self._results):
-            seg, off = store.append_log(LogType.RESULT, pickle.dumps(record, PROTOCOL))
+            seg, off = self._store.append_log(LogType.RESULT, pickle.dumps(record, PROTOCOL))
             records.append(IndexRecord(IndexType.RESULT, self._results_base + k, 0, 0, seg, off))
-            self._result_refs.append(seg)
-            pin(seg)
-        store.replace_index(records)
-        store.reset_pins(pins)
-        store.sync()
+            refs.append(seg)
+            pins[seg] = pins.get(seg, 0) + 1
+        return refs
 
     # -- inspection ---------------------------------------------------------------------------
 

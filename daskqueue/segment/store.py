@@ -386,6 +386,10 @@ class SegmentStore:
     def needs_compaction(self) -> bool:
         return self._index.size > max(self.compact_index_bytes, 2 * self._last_compacted_size)
 
+    def postpone_compaction(self) -> None:
+        """After a failed compaction: the next attempt comes once the index has doubled."""
+        self._last_compacted_size = self._index.size
+
     def replace_index(self, records: list[IndexRecord]) -> None:
         """Compaction: make ``records`` the whole index, crash-safely (FORMAT.md)."""
         self.sync()  # copied-forward log records must be on disk before the index names them

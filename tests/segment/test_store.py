@@ -7,6 +7,7 @@ import asyncio
 import errno
 import mmap
 import os
+import pickle
 import subprocess
 
 import pytest
@@ -173,6 +174,58 @@ async def test_failed_msync_is_a_typed_error_and_nothing_acked_is_lost(tmp_path,
     monkeypatch.undo()
     got = [v for v, _ in (await drain(open_queue(tmp_path))).values()]
     assert got[0] == "a"
+
+
+async def test_compaction_that_fails_on_a_full_disk_changes_nothing(tmp_path, monkeypatch):
+    q = open_queue(tmp_path, fsync="always", max_segment_bytes=65536)
+    for item in ["r", b"x" * 40000]:  # two unfetched results in segment 1
+        await put(q, [item])
+        lease, _ = await get(q)
+        await settle(q, lease, 1)
+    await put(q, [b"y" * 30000])  # segment 2, ready
+    real_write = os.write
+
+    def full_for_the_new_index(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".index.tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_the_new_index)
+    with pytest.raises(StoreFullError):
+        await q.compact()  # copies the results forward into segment 2, then fails
+    monkeypatch.undo()
+    end, blob = await q.fetch_results(0)
+    assert len(pickle.loads(blob)) == 2
+    await q.fetch_results(end)  # the client has them: their records are dropped
+    await put(q, [b"z" * 40000])  # rolls segment 2 over: its live chunk must keep it
+    crash(q)
+    q = open_queue(tmp_path, max_segment_bytes=65536)
+    report = await q.recovery_report()
+    assert report["lost_messages"] == 0 and report["corruptions"] == [], report
+    assert [v for v, _ in (await drain(q)).values()] == [b"y" * 30000, b"z" * 40000]
+    await q.fetch_results(10**9)
+    q._store.sync()
+    assert len(q._store.segment_numbers()) <= 2  # nothing stays pinned by stale references
+
+
+async def test_automatic_compaction_that_fails_does_not_fail_the_call_that_triggered_it(tmp_path, monkeypatch):
+    q = open_queue(tmp_path, compact_index_bytes=4096)
+    real_write = os.write
+
+    def full_for_the_new_index(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".index.tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_the_new_index)
+    for i in range(60):  # well past the threshold: every settle is durable and answered
+        await put(q, [i])
+        lease, _ = await get(q)
+        assert await settle(q, lease, 1) is not None
+    monkeypatch.undo()
+    assert q._store.generation == 1
+    crash(q)
+    assert await drain(open_queue(tmp_path)) == {}
 
 
 @pytest.fixture
