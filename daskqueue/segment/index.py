@@ -119,45 +119,52 @@ def read_index(path: str) -> Replayed:
 def _replay(
     path: str, data: bytes, on_corruption: Callable[[CorruptRecordError], None]
 ) -> tuple[list[IndexRecord], int]:
+    """Decode the records up to the last intact one; return them and where they end.
+
+    Linear: one backward pass finds the tail (rules 3, 4), one forward pass decodes and
+    reports each run of bad records before it once (rule 5).
+    """
     size = INDEX_RECORD.size
-    start = FILE_HEADER.size
-    whole = (len(data) - start) // size
     view = memoryview(data)
+    good_end = _good_end(view)
     records: list[IndexRecord] = []
-    good_end = start
-    for k in range(whole):
-        at = start + k * size
-        buf = view[at : at + size]
-        if buf == _ZERO_RECORD:
-            reason = "zero-filled index record"
-        elif IndexRecord.is_intact(buf):
-            try:
-                records.append(IndexRecord.from_bytes(buf))
-                good_end = at + size
-                continue
-            except ValueError:
-                reason = "unknown index record type"
-        else:
-            reason = "index record checksum mismatch"
-        if not _intact_after(view, k + 1, whole, start):  # rules 3 and 4: the tail
-            logger.info("%s: torn write or zero fill from offset %d dropped", path, at)
-            return records, good_end
-        on_corruption(CorruptRecordError(path, at, reason, size))  # rule 5: skip, go on
-        good_end = at + size
-    tail = len(data) - (start + whole * size)
-    if tail:  # rule 3: a partial record at the tail
-        logger.info("%s: partial record of %d bytes at the tail dropped", path, tail)
+    bad_from, reasons = -1, []
+    for at in range(FILE_HEADER.size, good_end, size):
+        decoded = _decode(view[at : at + size])
+        if isinstance(decoded, IndexRecord):
+            if bad_from >= 0:  # rule 5: skip the run, go on
+                on_corruption(CorruptRecordError(path, bad_from, "; ".join(reasons), at - bad_from))
+                bad_from, reasons = -1, []
+            records.append(decoded)
+            continue
+        if bad_from < 0:
+            bad_from = at
+        if decoded not in reasons:
+            reasons.append(decoded)
+    if good_end < len(data):  # rules 3 and 4: what follows the last intact record
+        kind = "zero fill" if data.count(0, good_end) == len(data) - good_end else "torn write"
+        logger.info("%s: %s of %d bytes from offset %d dropped", path, kind, len(data) - good_end, good_end)
     return records, good_end
 
 
-def _intact_after(view: memoryview, first: int, whole: int, start: int) -> bool:
-    """True if any whole record from number ``first`` on passes its checksum."""
+def _good_end(view: memoryview) -> int:
+    """Where the last intact record ends (the header's end if there is none)."""
     size = INDEX_RECORD.size
-    for k in range(first, whole):
-        buf = view[start + k * size : start + (k + 1) * size]
-        if buf != _ZERO_RECORD and IndexRecord.is_intact(buf):
-            return True
-    return False
+    for k in reversed(range((len(view) - FILE_HEADER.size) // size)):
+        at = FILE_HEADER.size + k * size
+        if isinstance(_decode(view[at : at + size]), IndexRecord):
+            return at + size
+    return FILE_HEADER.size
+
+
+def _decode(buf: memoryview) -> IndexRecord | str:
+    """The record in ``buf``, or why it is unusable."""
+    if IndexRecord.is_intact(buf):
+        try:
+            return IndexRecord.from_bytes(buf)
+        except ValueError:
+            return "unknown index record type"
+    return "zero-filled index record" if buf == _ZERO_RECORD else "index record checksum mismatch"
 
 
 def _write_all(fd: int, data: bytes, path: str) -> None:

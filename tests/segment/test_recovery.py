@@ -252,6 +252,23 @@ async def test_rule5_segments_outlive_an_open_that_reports_corruption_until_comp
     assert not seg.exists()  # the compacted index no longer names it
 
 
+async def test_rule5_a_long_run_of_garbage_records_is_one_report_and_replay_goes_on(tmp_path):
+    q = open_queue(tmp_path)
+    await put(q, ["a"])
+    await put(q, ["b"])
+    crash(q)
+    path = index_path(tmp_path)
+    raw = open(path, "rb").read()
+    garbage = bytes([0x55]) * (REC * 5000)  # replay was quadratic in such runs
+    open(path, "wb").write(raw[:-REC] + garbage + raw[-REC:])
+    q = open_queue(tmp_path)
+    offset = len(raw) - REC
+    assert (await q.recovery_report())["corruptions"] == [
+        f"{path} at offset {offset}: index record checksum mismatch; {len(garbage)} bytes dropped"
+    ]
+    assert [v for v, _ in (await drain(q)).values()] == ["a", "b"]
+
+
 async def test_rule6_leased_at_crash_comes_back_ready_with_one_more_attempt(tmp_path):
     q = open_queue(tmp_path, max_retries=1)
     await put(q, ["a", "b", "c"])
