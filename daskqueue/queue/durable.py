@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 import time
@@ -82,9 +83,10 @@ class DurableQueue(QueueActorBase):
             "results": len(self._results),
             "lost_messages": recovered.lost_messages,
             "corruptions": [str(e) for e in self._store.corruptions],
+            "dropped": [dataclasses.asdict(d) for d in self._store.dropped],
             "seconds": time.perf_counter() - started,
         }
-        if self._recovery["messages"] or self._store.corruptions:
+        if self._recovery["messages"] or self._store.dropped:
             logger.info("durable queue %d recovered from %s: %s", index, dirpath, self._recovery)
 
     # -- recovery -----------------------------------------------------------------------------
@@ -357,8 +359,17 @@ class DurableQueue(QueueActorBase):
     # -- inspection ---------------------------------------------------------------------------
 
     async def recovery_report(self) -> dict[str, Any]:
-        """What opening the directory found: messages, dead letters, results, losses."""
-        return dict(self._recovery, corruptions=list(self._recovery["corruptions"]))
+        """What opening the directory found: messages, dead letters, results, losses.
+
+        ``corruptions`` are the messages of the corrupt records reported (rule 5);
+        ``dropped`` lists every byte range recovery gave up, as dicts with ``rule`` (3 torn
+        write, 4 zero fill, 5 corruption), ``path``, ``offset``, ``bytes_dropped``, ``reason``.
+        """
+        return dict(
+            self._recovery,
+            corruptions=list(self._recovery["corruptions"]),
+            dropped=[dict(d) for d in self._recovery["dropped"]],
+        )
 
     async def disk_usage(self) -> dict[str, int]:
         """Bytes on disk, log segment count and index size."""

@@ -14,7 +14,7 @@ from daskqueue.errors import CorruptRecordError
 from daskqueue.segment.format import FILE_HEADER, INDEX_MAGIC, INDEX_RECORD, IndexRecord, pack_file_header
 from daskqueue.segment.log import check_header, os_errors, unlink_if_there
 
-__all__ = ["IndexSegment", "Replayed", "read_index"]
+__all__ = ["Dropped", "IndexSegment", "Replayed", "read_index"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -95,14 +95,27 @@ class IndexSegment:
             self._fd = -1
 
 
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """Bytes recovery gave up: by which rule (3 torn write, 4 zero fill, 5 corruption), in
+    which file, from which offset, how many, and why."""
+
+    rule: int
+    path: str
+    offset: int
+    bytes_dropped: int
+    reason: str
+
+
 @dataclass(eq=False)
 class Replayed:
-    """An index file read by rules 2-5: its records, where its good data ends, and the
-    records rule 5 skipped. Reading it changed nothing on disk."""
+    """An index file read by rules 2-5: its records, where its good data ends, the records
+    rule 5 skipped and the tail rules 3 and 4 drop. Reading it changed nothing on disk."""
 
     records: list[IndexRecord]
     good_end: int
     corruptions: list[CorruptRecordError]
+    tail: Dropped | None
 
 
 def read_index(path: str) -> Replayed:
@@ -113,7 +126,17 @@ def read_index(path: str) -> Replayed:
     check_header(path, data, INDEX_MAGIC)
     corruptions: list[CorruptRecordError] = []
     records, good_end = _replay(path, data, corruptions.append)
-    return Replayed(records, good_end, corruptions)
+    return Replayed(records, good_end, corruptions, _tail(path, data, good_end))
+
+
+def _tail(path: str, data: bytes, good_end: int) -> Dropped | None:
+    """Rules 3 and 4: what follows the last intact record, if anything."""
+    size = len(data) - good_end
+    if not size:
+        return None
+    rule, reason = (4, "zero fill") if data.count(0, good_end) == size else (3, "torn write")
+    logger.info("%s: %s of %d bytes from offset %d dropped", path, reason, size, good_end)
+    return Dropped(rule, path, good_end, size, reason)
 
 
 def _replay(
@@ -141,9 +164,6 @@ def _replay(
             bad_from = at
         if decoded not in reasons:
             reasons.append(decoded)
-    if good_end < len(data):  # rules 3 and 4: what follows the last intact record
-        kind = "zero fill" if data.count(0, good_end) == len(data) - good_end else "torn write"
-        logger.info("%s: %s of %d bytes from offset %d dropped", path, kind, len(data) - good_end, good_end)
     return records, good_end
 
 

@@ -36,7 +36,7 @@ from daskqueue.segment.format import (
     index_name,
     log_name,
 )
-from daskqueue.segment.index import IndexSegment, Replayed, read_index
+from daskqueue.segment.index import Dropped, IndexSegment, Replayed, read_index
 from daskqueue.segment.log import LogSegment, header_is_blank, os_errors, store_error
 
 __all__ = ["SegmentStore", "FsyncPolicy"]
@@ -50,7 +50,8 @@ class SegmentStore:
     """The files of one durable queue. Opening it applies recovery rules 1-5 and 9.
 
     ``records`` holds the replayed index records until the owner has read them
-    (``take_records()``); ``corruptions`` every :class:`CorruptRecordError` reported.
+    (``take_records()``); ``corruptions`` every :class:`CorruptRecordError` reported;
+    ``dropped`` every torn tail, zero fill and corrupt record recovery gave up (``Dropped``).
     """
 
     def __init__(
@@ -73,6 +74,7 @@ class SegmentStore:
         self.fsync_interval_s = fsync_interval_s
         self.compact_index_bytes = compact_index_bytes
         self.corruptions: list[CorruptRecordError] = []
+        self.dropped: list[Dropped] = []  # what rules 3-5 gave up, in the order found
         self._on_corruption = on_corruption
         self._segments: dict[int, LogSegment] = {}
         self._pins: dict[int, int] = {}
@@ -214,6 +216,8 @@ class SegmentStore:
         self.records = replayed.records
         for error in replayed.corruptions:
             self._report(error)
+        if replayed.tail is not None:
+            self.dropped.append(replayed.tail)
 
     def _append_point(self, number: int) -> int:
         """Rule 9: after the furthest record of segment ``number`` that the index references."""
@@ -230,6 +234,7 @@ class SegmentStore:
     def _report(self, error: CorruptRecordError) -> None:
         logger.error("corruption: %s", error)
         self.corruptions.append(error)
+        self.dropped.append(Dropped(5, error.path, error.offset, error.bytes_dropped, error.reason))
         # Rule 5: a skipped record may have been the only reference to acknowledged messages in
         # some segment; keep every segment there is now until compaction drops the damage.
         self._retained.update(self._segments)

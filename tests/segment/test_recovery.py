@@ -20,6 +20,10 @@ async def _records(dirpath):
     return [IndexRecord.from_bytes(data[i : i + REC]) for i in range(0, len(data) - len(data) % REC, REC)]
 
 
+def _dropped(rule, path, offset, size, reason):
+    return {"rule": rule, "path": str(path), "offset": offset, "bytes_dropped": size, "reason": reason}
+
+
 async def test_rule1_unfinished_compaction_is_discarded_and_newest_index_wins(tmp_path):
     q = open_queue(tmp_path)
     await put(q, ["a", "b"])
@@ -155,6 +159,7 @@ async def test_rule3_record_cut_off_at_the_tail_is_a_torn_write_and_dropped(tmp_
     q = open_queue(tmp_path)
     report = await q.recovery_report()
     assert report["corruptions"] == []  # a crash, not corruption
+    assert report["dropped"] == [_dropped(3, path, size - REC, REC - 17, "torn write")]
     assert (os.path.getsize(path) - FILE_HEADER.size) % REC == 0  # no partial record left
     # The ACK was lost with the torn write: both messages come back (rule 6, one attempt more).
     assert await drain(q) == {0: ("a", 1), 1: ("b", 1)}
@@ -170,7 +175,9 @@ async def test_rule3_bad_checksum_in_the_last_record_is_a_torn_write(tmp_path):
     raw[-3] ^= 0xFF  # inside the last CHUNK record
     open(path, "wb").write(raw)
     q = open_queue(tmp_path)
-    assert (await q.recovery_report())["corruptions"] == []
+    report = await q.recovery_report()
+    assert report["corruptions"] == []
+    assert report["dropped"] == [_dropped(3, path, len(raw) - REC, REC, "torn write")]
     assert await drain(q) == {0: ("a", 0)}
 
 
@@ -183,7 +190,9 @@ async def test_rule4_zero_filled_space_ends_the_data(tmp_path):
     with open(path, "ab") as f:
         f.write(bytes(3 * REC + 5))
     q = open_queue(tmp_path)
-    assert (await q.recovery_report())["corruptions"] == []
+    report = await q.recovery_report()
+    assert report["corruptions"] == []
+    assert report["dropped"] == [_dropped(4, path, size, 3 * REC + 5, "zero fill")]
     assert os.path.getsize(path) == size
     assert await drain(q) == {0: ("a", 0)}
 
@@ -211,6 +220,7 @@ async def test_rule5_checksum_mismatch_before_the_tail_is_reported_and_skipped(t
     q = open_queue(tmp_path)
     report = await q.recovery_report()
     assert len(report["corruptions"]) == 1 and f"offset {offset}" in report["corruptions"][0]
+    assert report["dropped"] == [_dropped(5, path, offset, REC, "index record checksum mismatch")]
     # Without its ACK, a and b were still leased: back with one attempt more; c is intact.
     assert await drain(q) == {0: ("a", 1), 1: ("b", 1), 2: ("c", 0)}
 
