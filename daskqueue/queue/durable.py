@@ -13,7 +13,7 @@ from daskqueue import defaults
 from daskqueue.errors import CorruptRecordError, PayloadTooLargeError, StoreError
 from daskqueue.queue.base import QueueActorBase
 from daskqueue.queue.core import LEASE_EXPIRED, Chunk, Span
-from daskqueue.segment.format import ChunkHeader, IndexRecord, IndexType, LogType
+from daskqueue.segment.format import PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType
 from daskqueue.segment.recovery import Recovered, replay
 from daskqueue.segment.store import FsyncPolicy, SegmentStore
 from daskqueue.serialize import PROTOCOL, Group
@@ -22,7 +22,8 @@ __all__ = ["DurableQueue"]
 
 logger = logging.getLogger("daskqueue")
 
-_MAX_ATTEMPTS_ON_DISK = 255
+_MAX_ATTEMPTS_ON_DISK = 255  # the index record's attempts field is a u8
+_OFFSET = PAYLOAD_OFFSET.size
 
 
 class DurableQueue(QueueActorBase):
@@ -157,10 +158,11 @@ class DurableQueue(QueueActorBase):
 
     def _fit_groups(self, groups: list[Group]) -> list[Group]:
         """Split groups whose CHUNK record would not fit in one log segment."""
-        limit = self._store.max_record_body - 4096
         out = []
         for g in groups:
-            if len(g.data) + 4 * (g.count + 1) <= limit:
+            # A CHUNK body is its header (with type and key), count + 1 offsets, the payloads.
+            limit = self._store.max_record_body - ChunkHeader.encoded_size(g.type, g.key)
+            if len(g.data) + _OFFSET * (g.count + 1) <= limit:
                 out.append(g)
                 continue
             offs = array("I")
@@ -168,9 +170,9 @@ class DurableQueue(QueueActorBase):
             start = 0
             while start < g.count:
                 stop = start + 1
-                if offs[stop] - offs[start] > limit - 8:
-                    raise PayloadTooLargeError(offs[stop] - offs[start], limit - 8)
-                while stop < g.count and offs[stop + 1] - offs[start] + 4 * (stop + 2 - start) <= limit:
+                if offs[stop] - offs[start] > limit - 2 * _OFFSET:  # one message, two offsets
+                    raise PayloadTooLargeError(offs[stop] - offs[start], limit - 2 * _OFFSET)
+                while stop < g.count and offs[stop + 1] - offs[start] + _OFFSET * (stop + 2 - start) <= limit:
                     stop += 1
                 sub = array("I", (o - offs[start] for o in offs[start : stop + 1]))
                 out.append(Group(g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, stop - start,
@@ -343,7 +345,7 @@ class DurableQueue(QueueActorBase):
             if d.error not in copied:
                 copied[d.error] = self._store.append_log(LogType.ERROR, d.error)
             seg, off = refs[d.seq] = copied[d.error]
-            records.append(IndexRecord(IndexType.DEAD, d.seq, 1, min(d.attempts, 255), seg, off))
+            records.append(IndexRecord(IndexType.DEAD, d.seq, 1, min(d.attempts, _MAX_ATTEMPTS_ON_DISK), seg, off))
             pins[seg] = pins.get(seg, 0) + 1
         return refs
 

@@ -13,9 +13,15 @@ __all__ = [
     "FORMAT_VERSION",
     "LOG_MAGIC",
     "INDEX_MAGIC",
+    "DIGEST_SIZE",
+    "CRC",
+    "FILE_HEADER_FIELDS",
     "FILE_HEADER",
+    "LOG_RECORD_FIELDS",
     "LOG_RECORD_HEADER",
     "CHUNK_HEADER",
+    "PAYLOAD_OFFSET",
+    "INDEX_RECORD_FIELDS",
     "INDEX_RECORD",
     "LogType",
     "IndexType",
@@ -35,26 +41,38 @@ MARKER_TEXT = b"daskqueue queue store\n"
 LOCK_NAME = "LOCK"
 
 
-def checksum(data: bytes | memoryview) -> int:
-    """CRC-32C (Castagnoli) of ``data``: the only checksum in the format."""
-    return _crc32c.crc32c(data)
+def checksum(data: bytes | memoryview, crc: int = 0) -> int:
+    """CRC-32C (Castagnoli) of ``data``, continuing ``crc``: the only checksum in the format."""
+    return _crc32c.crc32c(data, crc)
 
 
-FILE_HEADER = struct.Struct(
+def _then(first: struct.Struct, second: struct.Struct) -> struct.Struct:
+    """One struct of ``first``'s fields followed by ``second``'s (both little-endian)."""
+    return struct.Struct("<" + first.format.lstrip("<") + second.format.lstrip("<"))
+
+
+DIGEST_SIZE = 16  # a function's digest: BLAKE2b-128 of its pickle (CHUNK header, FUNC body)
+
+CRC = struct.Struct(
+    "<"
+    "I"  # CRC-32C: of the fields before it (file header) or after it (records)
+)
+
+FILE_HEADER_FIELDS = struct.Struct(  # what the header's CRC covers
     "<"
     "8s"  # magic
     "H"  # format version
     "H"  # reserved, 0
-    "I"  # CRC-32C of the 12 bytes before it
 )
+FILE_HEADER = _then(FILE_HEADER_FIELDS, CRC)
 
-LOG_RECORD_HEADER = struct.Struct(
+LOG_RECORD_FIELDS = struct.Struct(  # the header fields the record's CRC covers, with the body
     "<"
-    "I"  # CRC-32C of everything after it: length, type, reserved, body
     "I"  # body length
     "B"  # LogType
     "3x"  # reserved, 0
 )
+LOG_RECORD_HEADER = _then(CRC, LOG_RECORD_FIELDS)
 
 CHUNK_HEADER = struct.Struct(
     "<"
@@ -66,13 +84,17 @@ CHUNK_HEADER = struct.Struct(
     "H"  # length of the type string
     "H"  # length of the key string
     "H"  # reserved, 0
-    "16s"  # function digest, zeros if none
+    f"{DIGEST_SIZE}s"  # function digest, zeros if none
     "d"  # not-before, wall clock (0 = none)
 )
 
-INDEX_RECORD = struct.Struct(
+PAYLOAD_OFFSET = struct.Struct(
     "<"
-    "I"  # CRC-32C of the remaining bytes
+    "I"  # one entry of a CHUNK body's payload offsets (count + 1 of them)
+)
+
+INDEX_RECORD_FIELDS = struct.Struct(  # what the record's CRC covers
+    "<"
     "B"  # IndexType
     "B"  # attempts
     "H"  # reserved, 0
@@ -82,6 +104,7 @@ INDEX_RECORD = struct.Struct(
     "Q"  # offset of that record in its segment
     "d"  # time: not-before or lease deadline, wall clock
 )
+INDEX_RECORD = _then(CRC, INDEX_RECORD_FIELDS)
 
 HAS_DIGEST = 0x01
 
@@ -107,13 +130,13 @@ class IndexType(IntEnum):
 
 
 def pack_file_header(magic: bytes, version: int = FORMAT_VERSION) -> bytes:
-    head = FILE_HEADER.pack(magic, version, 0, 0)[:12]
-    return head + struct.pack("<I", checksum(head))
+    fields = FILE_HEADER_FIELDS.pack(magic, version, 0)
+    return fields + CRC.pack(checksum(fields))
 
 
 def pack_log_record(kind: LogType, body: bytes | memoryview) -> bytes:
-    rest = struct.pack("<IB3x", len(body), kind) + body
-    return struct.pack("<I", checksum(rest)) + rest
+    rest = LOG_RECORD_FIELDS.pack(len(body), kind) + body
+    return CRC.pack(checksum(rest)) + rest
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +152,10 @@ class IndexRecord:
     time: float = 0.0
 
     def to_bytes(self) -> bytes:
-        body = INDEX_RECORD.pack(
-            0, self.type, self.attempts, 0, self.first, self.count, self.segment, self.offset, self.time
-        )[4:]
-        return struct.pack("<I", checksum(body)) + body
+        fields = INDEX_RECORD_FIELDS.pack(
+            self.type, self.attempts, 0, self.first, self.count, self.segment, self.offset, self.time
+        )
+        return CRC.pack(checksum(fields)) + fields
 
     @classmethod
     def from_bytes(cls, buf: bytes | memoryview) -> IndexRecord:
@@ -142,8 +165,8 @@ class IndexRecord:
 
     @staticmethod
     def is_intact(buf: bytes | memoryview) -> bool:
-        (crc,) = struct.unpack_from("<I", buf)
-        return crc == checksum(buf[4 : INDEX_RECORD.size])
+        (crc,) = CRC.unpack_from(buf)
+        return crc == checksum(buf[CRC.size : INDEX_RECORD.size])
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,13 +180,18 @@ class ChunkHeader:
     key: str | None
     not_before: float
 
+    @staticmethod
+    def encoded_size(type_: str | None, key: str | None) -> int:
+        """Bytes the header of a chunk with this type and key takes in its CHUNK body."""
+        return CHUNK_HEADER.size + len((type_ or "").encode()) + len((key or "").encode())
+
     def to_bytes(self) -> bytes:
         t = (self.type or "").encode()
         k = (self.key or "").encode()
         flags = HAS_DIGEST if self.digest is not None else 0
         head = CHUNK_HEADER.pack(
             self.base_seq, self.count, self.priority, self.kind, flags, len(t), len(k), 0,
-            self.digest or bytes(16), self.not_before,
+            self.digest or bytes(DIGEST_SIZE), self.not_before,
         )
         return head + t + k
 

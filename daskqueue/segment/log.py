@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -22,9 +21,12 @@ from daskqueue.errors import (
     StorePermissionError,
 )
 from daskqueue.segment.format import (
+    CRC,
     FILE_HEADER,
+    FILE_HEADER_FIELDS,
     FORMAT_VERSION,
     LOG_MAGIC,
+    LOG_RECORD_FIELDS,
     LOG_RECORD_HEADER,
     LogType,
     checksum,
@@ -64,7 +66,7 @@ def check_header(path: str, head: bytes, magic: bytes) -> None:
     got_magic, version, _, crc = FILE_HEADER.unpack(head[: FILE_HEADER.size])
     if got_magic != magic:
         raise CorruptStoreError(f"{path}: wrong magic {got_magic!r}, expected {magic!r}")
-    if crc != checksum(head[:12]):
+    if crc != checksum(head[: FILE_HEADER_FIELDS.size]):
         raise CorruptStoreError(f"{path}: header checksum mismatch")
     if version > FORMAT_VERSION:
         raise FormatVersionError(path, version, FORMAT_VERSION)
@@ -152,15 +154,15 @@ class LogSegment:
         at = self.end
         total = LOG_RECORD_HEADER.size + length
         _reserve(self._fd, at, total, self.path)
-        head_rest = struct.pack("<IB3x", length, kind)
+        head_rest = LOG_RECORD_FIELDS.pack(length, kind)
         crc = checksum(head_rest)
         m = self._map
         pos = at + LOG_RECORD_HEADER.size
         for part in parts:
-            crc = _crc_continue(part, crc)
+            crc = checksum(part, crc)
             m[pos : pos + len(part)] = part
             pos += len(part)
-        m[at : at + LOG_RECORD_HEADER.size] = struct.pack("<I", crc) + head_rest
+        m[at : at + LOG_RECORD_HEADER.size] = CRC.pack(crc) + head_rest
         self.end = at + total
         return at
 
@@ -173,7 +175,7 @@ class LogSegment:
         end = offset + LOG_RECORD_HEADER.size + length
         if end > self.capacity:
             raise CorruptRecordError(self.path, offset, f"record length {length} runs past the segment", 0)
-        if crc != checksum(m[offset + 4 : end]):
+        if crc != checksum(m[offset + CRC.size : end]):
             raise CorruptRecordError(self.path, offset, "log record checksum mismatch", end - offset)
         try:
             record_type = LogType(kind)
@@ -199,12 +201,6 @@ class LogSegment:
             self._map.close()
             self._map = None  # type: ignore[assignment]
             os.close(self._fd)
-
-
-def _crc_continue(data: bytes | memoryview, crc: int) -> int:
-    import crc32c
-
-    return crc32c.crc32c(data, crc)
 
 
 def unlink_if_there(path: str) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from daskqueue.errors import CorruptRecordError
-from daskqueue.segment.format import ChunkHeader, IndexRecord, IndexType, LogType
+from daskqueue.segment.format import DIGEST_SIZE, PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType
 
 __all__ = ["Recovered", "RecoveredChunk", "replay", "decode_chunk", "READY", "LEASED", "ACKED", "DEAD"]
 
@@ -158,7 +158,7 @@ def decode_chunk(body: bytes | memoryview) -> tuple[ChunkHeader, array, bytes]:
     """Split a CHUNK record body into its header, payload offsets and payload data."""
     header, at = ChunkHeader.from_bytes(body)
     offsets = array("I")
-    n = 4 * (header.count + 1)
+    n = PAYLOAD_OFFSET.size * (header.count + 1)
     offsets.frombytes(bytes(body[at : at + n]))
     return header, offsets, bytes(body[at + n :])
 
@@ -179,7 +179,7 @@ def _load_rest(
     for seg, off in func_refs:
         body = _read_or(read_log, report, seg, off, None)
         if body is not None:
-            out.funcs[body[:16]] = (body[16:], seg, off)
+            out.funcs[body[:DIGEST_SIZE]] = (body[DIGEST_SIZE:], seg, off)
     for number in sorted(result_refs):
         seg, off = result_refs[number]
         body = _read_or(read_log, report, seg, off, None)

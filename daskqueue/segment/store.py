@@ -45,6 +45,8 @@ logger = logging.getLogger("daskqueue")
 
 FsyncPolicy = Literal["always", "interval", "never"]
 
+MIN_SEGMENT_BYTES = 4096  # one page: a header and records of a useful size
+
 
 class SegmentStore:
     """The files of one durable queue. Opening it applies recovery rules 1-5 and 9.
@@ -66,8 +68,8 @@ class SegmentStore:
     ) -> None:
         if fsync not in ("always", "interval", "never"):
             raise ValueError(f"fsync must be 'always', 'interval' or 'never', got {fsync!r}")
-        if max_segment_bytes < 4096:
-            raise ValueError(f"max_segment_bytes must be >= 4096, got {max_segment_bytes}")
+        if max_segment_bytes < MIN_SEGMENT_BYTES:
+            raise ValueError(f"max_segment_bytes must be >= {MIN_SEGMENT_BYTES}, got {max_segment_bytes}")
         self.dirpath = os.path.abspath(dirpath)
         self.max_segment_bytes = max_segment_bytes
         self.fsync = fsync

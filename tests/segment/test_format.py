@@ -20,6 +20,14 @@ def test_record_sizes_match_the_tables():
     assert "### Index record (40 bytes)" in FORMAT_MD
 
 
+def test_each_checksummed_layout_is_its_covered_fields_plus_one_crc():
+    assert fmt.FILE_HEADER.size == fmt.FILE_HEADER_FIELDS.size + fmt.CRC.size
+    assert fmt.LOG_RECORD_HEADER.size == fmt.CRC.size + fmt.LOG_RECORD_FIELDS.size
+    assert fmt.INDEX_RECORD.size == fmt.CRC.size + fmt.INDEX_RECORD_FIELDS.size
+    head = fmt.pack_file_header(fmt.LOG_MAGIC)
+    assert fmt.CRC.unpack_from(head, fmt.FILE_HEADER_FIELDS.size)[0] == fmt.checksum(head[: fmt.FILE_HEADER_FIELDS.size])
+
+
 def test_checksum_is_crc32c_not_zlib_crc32():
     assert fmt.checksum(b"123456789") == 0xE3069283  # the CRC-32C check value
     assert fmt.checksum(b"123456789") != zlib.crc32(b"123456789")

@@ -21,7 +21,9 @@ from daskqueue.errors import (
     StoreLockedError,
     StorePermissionError,
 )
+from daskqueue.messages import Kind
 from daskqueue.segment.store import SegmentStore
+from daskqueue.serialize import Group, encode_put, pack_payloads
 from tests.segment.helpers import crash, drain, get, open_queue, put, put_blob, settle
 
 
@@ -69,6 +71,17 @@ async def test_big_put_batch_is_split_across_segments_and_survives(tmp_path):
     q = open_queue(tmp_path, max_segment_bytes=65536)
     got = await drain(q)
     assert [got[i][0] for i in range(300)] == items
+
+
+async def test_put_whose_long_key_leaves_less_room_than_usual_is_split_not_refused(tmp_path):
+    items = [bytes([i]) * 5000 for i in range(12)]  # 60 KB: fits a 64 KiB segment, the key not
+    offsets, data = pack_payloads(items, max_message_bytes=2**30)
+    group = Group(Kind.RAW, None, None, 0, "k" * 6000, 0.0, len(items), offsets, data)
+    q = open_queue(tmp_path, max_segment_bytes=65536)
+    await q.put_batch(encode_put([group], {}))
+    crash(q)
+    got = await drain(open_queue(tmp_path, max_segment_bytes=65536))
+    assert [got[i][0] for i in range(12)] == items
 
 
 async def test_full_disk_is_a_typed_error_and_loses_no_acknowledged_message(tmp_path, monkeypatch):
