@@ -22,8 +22,10 @@ MAX_MESSAGE_BYTES: int = 64 * 2**20
 PUT_BATCH_MESSAGES: int = 20_000
 
 #: Largest batch a consumer fetches, and the adaptive target of work per fetched batch.
+#: The adaptive size starts at one message (a consumer knows nothing of the tasks' duration
+#: yet, and must not hoard long ones) and grows at most 4x per batch.
 MAX_BATCH_SIZE: int = 20_000
-INITIAL_BATCH_SIZE: int = 32
+INITIAL_BATCH_SIZE: int = 1
 TARGET_BATCH_S: float = 0.05
 
 #: How long an idle consumer's ``get_batch`` waits on its home queue before looking elsewhere.

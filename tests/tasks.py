@@ -67,3 +67,29 @@ def getpid(_=None):
 class Unpicklable:
     def __reduce__(self):
         raise TypeError("this object refuses to be pickled")
+
+
+from daskqueue import ConsumerBase  # noqa: E402  (consumers below need it)
+
+
+class FailingSetup(ConsumerBase):
+    """A consumer whose resources cannot be opened."""
+
+    def setup(self):
+        raise RuntimeError("cannot open the database")
+
+    def process_item(self, message):
+        return message.data
+
+
+class CountingSetup(ConsumerBase):
+    """A consumer with a slow setup; each item returns how many times setup ran."""
+
+    def setup(self):
+        time.sleep(0.2)
+        with _lock:
+            self.setup_calls = getattr(self, "setup_calls", 0) + 1
+
+    def process_item(self, message):
+        time.sleep(0.002)
+        return self.setup_calls

@@ -19,19 +19,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from daskqueue import defaults
-from daskqueue.errors import LeaseExpiredError, QueueClosedError
+from daskqueue.errors import LeaseExpiredError
 from daskqueue.messages import Kind, Message, Task, error_from_exception, make_id
 from daskqueue.serialize import Segment, decode_delivery, dumps, encode_settle, loads
 
 __all__ = ["ConsumerBase", "ConsumerStats", "Batch", "Outcome"]
 
 logger = logging.getLogger("daskqueue")
+
+#: How long a consumer leaves a queue alone after a call to it failed.
+QUEUE_RETRY_S = 5.0
 
 
 def _bind_local(handle: Any) -> Any:
@@ -133,7 +137,12 @@ class ConsumerBase:
         self._extender: asyncio.Task[None] | None = None
         self._finishing: set[asyncio.Task[None]] = set()
         self._inflight: dict[tuple[int, int], Batch] = {}  # (slot, lease_id) -> batch
-        self._stop_requested = False  # read per item by the run threads
+        self._stop_requested = False  # stops the fetch loop
+        # Read per item by the run threads: stop at the next item boundary. Never set with
+        # early_ack, whose batches are acked before they run: an item not run would be lost.
+        self._halt_items = False
+        self._setup_lock = threading.Lock()
+        self._queue_down_until: dict[int, float] = {}  # slot -> monotonic time to retry
         self._func_bytes: dict[bytes, bytes] = {}
         self._funcs: dict[bytes, Any] = {}
         self._setup_done = False
@@ -161,7 +170,7 @@ class ConsumerBase:
         """Start fetching and running work. Idempotent."""
         if self._loop_task is not None:
             return
-        self._stop_requested = False
+        self._stop_requested = self._halt_items = False
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
                 self.max_concurrency, thread_name_prefix=f"daskqueue-consumer-{self.index}"
@@ -185,6 +194,7 @@ class ConsumerBase:
         # at the next item boundary, then await the settlements, then stop extending leases
         # (an unsettled lease must stay alive until its settlement has been answered).
         self._stop_requested = True
+        self._halt_items = not self.early_ack
         await self._loop_task
         self._loop_task = None
         while self._finishing:
@@ -195,6 +205,8 @@ class ConsumerBase:
                 await self._extender
             except asyncio.CancelledError:
                 pass
+            except Exception:  # it already logged; stopping must not fail because of it
+                logger.exception("consumer %d: the lease extender had failed", self.index)
             self._extender = None
         logger.debug("consumer %d stopped", self.index)
 
@@ -241,26 +253,51 @@ class ConsumerBase:
             task.add_done_callback(self._finishing.discard)
 
     async def _fetch(self) -> Batch | None:
-        """One pass: every queue without waiting, home first; then long-poll the home queue."""
+        """One pass: every queue without waiting, home first; then long-poll the home queue.
+
+        A queue that fails (its worker died, it was closed) is skipped for
+        ``QUEUE_RETRY_S``; the others are still served.
+        """
         n = self._batch_size
         # Right after a long poll of the home queue timed out, asking it again is wasted.
         first = 1 if self._home_idle else 0
         for slot in range(first, len(self._queues)):
-            self._fetch_calls += 1
-            blob = await self._queues[slot].get_batch(n, 0.0)
+            blob = await self._get_from(slot, n, 0.0)
             if blob is not None:
                 self._home_idle = False
                 return await self._decode(slot, blob)
             if self._stop_requested:
                 return None
-        self._fetch_calls += 1
-        blob = await self._queues[0].get_batch(n, self._idle_poll_s)
+        if self._is_down(0):
+            await asyncio.sleep(self._idle_poll_s)
+            return None
+        blob = await self._get_from(0, n, self._idle_poll_s)
         self._home_idle = blob is None
         if blob is None and self._fixed_batch is None:
             # Idle: the next work may be of another kind; learn its duration afresh.
             self._batch_size = defaults.INITIAL_BATCH_SIZE
             self._per_item_s = None
         return None if blob is None else await self._decode(0, blob)
+
+    def _is_down(self, slot: int) -> bool:
+        until = self._queue_down_until.get(slot)
+        return until is not None and time.monotonic() < until
+
+    async def _get_from(self, slot: int, n: int, wait_s: float) -> bytes | None:
+        """``get_batch`` of one queue; ``None`` if it is empty, down or failing."""
+        if self._is_down(slot):
+            return None
+        self._fetch_calls += 1
+        try:
+            return await self._queues[slot].get_batch(n, wait_s)
+        except Exception as e:
+            if slot not in self._queue_down_until:
+                logger.warning(
+                    "consumer %d: queue slot %d failed (%s: %s); skipping it for %g s",
+                    self.index, slot, type(e).__name__, e, QUEUE_RETRY_S,
+                )
+            self._queue_down_until[slot] = time.monotonic() + QUEUE_RETRY_S
+            return None
 
     async def _decode(self, slot: int, blob: bytes) -> Batch:
         lease_id, queue_index, segments = decode_delivery(blob)
@@ -275,9 +312,8 @@ class ConsumerBase:
             if self.early_ack:
                 await self._settle(queue, batch, Outcome(batch.count, {}, set(), []), early=True)
             loop = asyncio.get_running_loop()
-            started = time.perf_counter()
-            outcome = await loop.run_in_executor(self._executor, self._run_batch_safely, batch)
-            self._adapt(outcome.done, time.perf_counter() - started)
+            outcome, run_s = await loop.run_in_executor(self._executor, self._run_batch_safely, batch)
+            self._adapt(outcome.done, run_s)
             if self.early_ack:
                 await self._record(queue, batch, outcome)
             else:
@@ -343,19 +379,33 @@ class ConsumerBase:
             for slot, lease_ids in by_slot.items():
                 try:
                     lost = await self._queues[slot].extend(lease_ids)
-                except (QueueClosedError, OSError) as e:
-                    logger.warning("consumer %d: extending leases failed: %s", self.index, e)
+                except Exception as e:  # one queue's failure must not end the extender
+                    logger.warning("consumer %d: extending leases failed: %s: %s",
+                                   self.index, type(e).__name__, e)
                     continue
                 if lost:
                     logger.warning("consumer %d: leases %s had already expired", self.index, lost)
 
     # -- running a batch (consumer thread) ------------------------------------------------------
 
-    def _run_batch_safely(self, batch: Batch) -> Outcome:
-        if not self._setup_done:
-            self.setup()
-            self._setup_done = True
-        return self.run_batch(batch)
+    def _run_batch_safely(self, batch: Batch) -> tuple[Outcome, float]:
+        """Run ``batch`` (after ``setup`` the first time); return its outcome and how long
+        it ran. Never raises: a failing ``setup`` or ``run_batch`` fails every item of the
+        batch with that error, so it is retried (or dead-lettered) like any failure."""
+        started = time.perf_counter()
+        try:
+            if not self._setup_done:
+                with self._setup_lock:  # several run threads may arrive here at once
+                    if not self._setup_done:
+                        self.setup()
+                        self._setup_done = True
+            outcome = self.run_batch(batch)
+        except Exception as e:
+            logger.exception("consumer %d: a batch of %d failed as a whole", self.index, batch.count)
+            error = error_from_exception(e)
+            outcome = Outcome(batch.count, dict.fromkeys(range(batch.count), error), set(),
+                              [None] * batch.count)
+        return outcome, time.perf_counter() - started
 
     def run_batch(self, batch: Batch) -> Outcome:
         """Run every message of ``batch`` through ``process_item``, stopping early on ``stop``."""
@@ -365,7 +415,7 @@ class ConsumerBase:
         pos = 0
         for seg in batch.segments:
             for j, payload in enumerate(seg.payloads()):
-                if self._stop_requested:
+                if self._halt_items:
                     return Outcome(pos, errors, fatal, results)
                 try:
                     message = Message(

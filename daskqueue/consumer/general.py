@@ -43,14 +43,14 @@ class GeneralConsumer(ConsumerBase):
             except Exception as e:
                 error = error_from_exception(e)
                 for _ in range(seg.count):
-                    if self._stop_requested:
+                    if self._halt_items:
                         return Outcome(pos, errors, fatal, results)
                     errors[pos] = error
                     append(None)
                     pos += 1
                 continue
             for payload in seg.payloads():
-                if self._stop_requested:
+                if self._halt_items:
                     return Outcome(pos, errors, fatal, results)
                 try:
                     if seg.kind == Kind.CALL:

@@ -195,21 +195,29 @@ class QueueActorBase:
     # -- the data plane -----------------------------------------------------------------------
 
     async def put_batch(self, blob: bytes) -> list[tuple[int, int]]:
-        """Enqueue a put blob; return ``(first_seq, count)`` per group, in order."""
+        """Enqueue a put blob; return ``(first_seq, count)`` per group of the blob, in order.
+
+        A group that storage splits into several chunks still gets one range: its chunks are
+        made one after the other, so their sequence numbers are consecutive.
+        """
         self._start()
         funcs, groups = decode_put(blob)
         for g in groups:
             self._check_sizes(g.offsets)
-        groups = self._fit_groups(groups)
         now = self._now()
         chunks = []
-        for g in groups:
-            offsets = array("I")
-            offsets.frombytes(g.offsets)
-            chunk = self._core.new_chunk(
-                g.count, priority=g.priority, payload=[offsets, g.data], meta=g.meta()
-            )
-            chunks.append((chunk, g.delay_s))
+        ranges = []
+        for group in groups:
+            first = None
+            for g in self._fit_groups([group]):
+                offsets = array("I")
+                offsets.frombytes(g.offsets)
+                chunk = self._core.new_chunk(
+                    g.count, priority=g.priority, payload=[offsets, g.data], meta=g.meta()
+                )
+                chunks.append((chunk, g.delay_s))
+                first = chunk.base_seq if first is None else first
+            ranges.append((first, group.count))
         new_funcs = {d: b for d, b in funcs.items() if d not in self._funcs}
         self._on_put(chunks, new_funcs, now)  # raises (and nothing is enqueued) if storage fails
         self._funcs.update(new_funcs)
@@ -218,7 +226,7 @@ class QueueActorBase:
         if any(d > 0 for _, d in chunks):
             self._reschedule()
         self._notify_ready()
-        return [(c.base_seq, c.count) for c, _ in chunks]
+        return ranges
 
     def _check_sizes(self, offsets_bytes: bytes) -> None:
         offs = array("I")
@@ -239,6 +247,8 @@ class QueueActorBase:
         self._get_calls += 1
         deadline = self._now() + wait_s
         while True:
+            if self._closed:
+                return None
             now = self._now()
             lease = self._core.get_batch(max_items, now=now)
             if lease is not None:
@@ -296,10 +306,12 @@ class QueueActorBase:
             raise LeaseExpiredError(lease_id)
         done, errors, fatal, results = decode_settle(blob)
         now = self._now()
-        s = self._core.settle(lease_id, done=done, errors=errors, fatal=fatal, now=now)
+        # The results first: if storage refuses them, the lease is still held and nothing
+        # is acked without its result.
         if results is not None and done:
             ranges = _ran_ranges(lease, done)
             self._add_result((self.index, ranges, sorted(errors), results, None))
+        s = self._core.settle(lease_id, done=done, errors=errors, fatal=fatal, now=now)
         self._after_change(now)
         if s.n_retried:
             self._reschedule()

@@ -258,7 +258,7 @@ class QueuePool:
         function is pickled once per call.
         """
         self._check_open()
-        self._check_options(priority, delay_s)
+        self._check_options(priority, delay_s, type, key)
         tasks = tasks if isinstance(tasks, list) else list(tasks)
         fast = self._encode_uniform(tasks, type, priority, key, float(delay_s))
         if fast is not None:
@@ -316,6 +316,7 @@ class QueuePool:
         if errors not in ("raise", "return"):
             raise ConfigurationError(f"errors must be 'raise' or 'return', got {errors!r}")
         self._check_open()
+        self._check_options(priority, 0.0, type)
         started = time.monotonic()
         items = list(iterable)
         pickled = pickle_function(func)
@@ -356,14 +357,17 @@ class QueuePool:
     ) -> list[Any]:
         shown = 0
         while not claim.complete:
-            if self._collector.poll() == 0:
-                if deadline is not None and time.monotonic() > deadline:
-                    counts = {
-                        "done": claim.settled - len(claim.failures),
-                        "failed": len(claim.failures),
-                        "pending": claim.n - claim.settled,
-                    }
-                    raise JoinTimeoutError(timeout_s or 0.0, counts)
+            arrived = self._collector.poll()
+            # Checked on every pass, not only when nothing arrived: a long map that keeps
+            # completing tasks must still time out.
+            if not claim.complete and deadline is not None and time.monotonic() > deadline:
+                counts = {
+                    "done": claim.settled - len(claim.failures),
+                    "failed": len(claim.failures),
+                    "pending": claim.n - claim.settled,
+                }
+                raise JoinTimeoutError(timeout_s or 0.0, counts)
+            if arrived == 0:
                 time.sleep(defaults.POLL_INTERVAL_S)
             if bar is not None and claim.settled > shown:
                 bar.update(claim.settled - shown)
@@ -387,7 +391,7 @@ class QueuePool:
                  key: str | None = None, delay_s: float = 0.0) -> list[int]:
         """Enqueue raw items (each pickled on its own) for a custom consumer; return their ids."""
         self._check_open()
-        self._check_options(priority, delay_s)
+        self._check_options(priority, delay_s, type, key)
         items = list(items)
         blobs = []
         size = self._chunk_size(len(items))
@@ -412,7 +416,7 @@ class QueuePool:
         delay_s: float = 0.0,
     ) -> list[int]:
         self._check_open()
-        self._check_options(priority, delay_s)
+        self._check_options(priority, delay_s, type, key)
         blobs = []
         functions: dict[Any, PickledFunction] = {}
         size = self._chunk_size(len(calls))
@@ -491,10 +495,15 @@ class QueuePool:
             raise QueueClosedError(f"{self!r} is closed")
 
     @staticmethod
-    def _check_options(priority: int, delay_s: float) -> None:
+    def _check_options(priority: int, delay_s: float, type: str | None = None, key: str | None = None) -> None:
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ConfigurationError(f"priority must be an int, got {priority!r}")
+        if not -(2**31) <= priority < 2**31:
+            raise ConfigurationError(f"priority must fit in 32 bits (durable queues store it so), got {priority}")
         _positive("delay_s", delay_s, allow_zero=True)
+        for name, value in (("type", type), ("key", key)):
+            if value is not None and not isinstance(value, str):
+                raise ConfigurationError(f"{name} must be a str or None, got {value!r}")
 
     # -- inspection and lifetime ----------------------------------------------------------------
 

@@ -231,3 +231,66 @@ def test_map_times_out_with_counts_when_nothing_consumes(pools):
     pools.consumer(qp)  # never started
     with pytest.raises(JoinTimeoutError, match="pending=3"):
         qp.map(tasks.double, [1, 2, 3], timeout_s=0.5)
+
+
+def test_cancel_with_early_ack_loses_no_fetched_task(pools):
+    qp = pools.queue(1)
+    cp = pools.consumer(qp, n_consumers=1, early_ack=True, batch_size=50)
+    ids = qp.batch_submit([(tasks.sleep_then, i, 0.01) for i in range(300)])
+    cp.start()
+    time.sleep(0.6)
+    cp.cancel()  # batches are acked already: they must run to their end, not stop midway
+    cp.start()
+    cp.join(timeout=60)
+    results = cp.results()
+    assert [results.get(i) for i in ids] == list(range(300))
+
+
+def test_a_failing_setup_fails_the_items_with_its_error_at_once(pools):
+    qp = pools.queue(1, lease_timeout_s=60, max_retries=0)
+    ids = qp.put_many(range(3))
+    cp = pools.consumer(qp, ConsumerClass=tasks.FailingSetup, n_consumers=1)
+    cp.start()
+    t0 = time.monotonic()
+    cp.join(timeout=30)
+    assert time.monotonic() - t0 < 10  # not after the 60 s lease
+    failures = cp.failures()
+    assert sorted(failures) == sorted(ids)
+    assert all("cannot open the database" in str(f) for f in failures.values())
+
+
+def test_setup_runs_once_per_consumer_even_with_several_threads(pools):
+    qp = pools.queue(1)
+    cp = pools.consumer(qp, ConsumerClass=tasks.CountingSetup, n_consumers=1, max_concurrency=4, batch_size=5)
+    ids = qp.put_many(range(200))
+    cp.start()
+    cp.join(timeout=60)
+    results = cp.results()
+    assert {results[i] for i in ids} == {1}
+
+
+def test_map_times_out_even_while_results_keep_arriving(pools):
+    qp = pools.queue(2)
+    cp = pools.consumer(qp, batch_size=1)
+    cp.start()
+    t0 = time.monotonic()
+    with pytest.raises(JoinTimeoutError) as info:
+        qp.map(tasks.sleep_then, [0.01] * 1000, timeout_s=0.5)  # ~5 s of work
+    assert time.monotonic() - t0 < 3
+    assert info.value.counts["pending"] > 0
+    cp.cancel()
+
+
+def test_a_consumer_whose_home_queue_is_gone_still_drains_the_others(pools):
+    qp = pools.queue(2)
+    qp.batch_submit([(tasks.sleep_then, i, 0.002) for i in range(2000)])
+    qp.queues[1].close().result()  # consumer 1's home queue
+    cp = pools.consumer(qp, n_consumers=2, batch_size=10)
+    cp.start()
+    deadline = time.monotonic() + 60
+    while qp.queues[0].stats().result().pending and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert qp.queues[0].stats().result().pending == 0
+    stats = cp.stats()
+    assert stats[1].items_done > 0  # it stole from queue 0 instead of failing on its home
+    cp.cancel()

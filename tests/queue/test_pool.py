@@ -146,3 +146,15 @@ def test_unreachable_worker_falls_back_to_the_scheduler_proxy(pools, caplog):
         handles = direct_handles([unreachable], probe_timeout_s=1.0)
     assert handles == [unreachable]
     assert "through the scheduler" in caplog.text
+
+
+def test_map_with_a_bad_priority_is_refused_before_anything_is_put(pools):
+    qp = pools.queue(1)
+    with pytest.raises(ConfigurationError, match="priority"):
+        qp.map(tasks.double, range(5), priority="high")
+    with pytest.raises(ConfigurationError, match="priority"):
+        qp.batch_submit([(tasks.double, 1)], priority=2**40)
+    with pytest.raises(ConfigurationError, match="type"):
+        qp.put_many([1], type=7)
+    assert qp.stats()[0].total_put == 0
+
