@@ -227,10 +227,7 @@ class SegmentStore:
         segment = self._segments[number]
         for r in self.records:
             if r.segment == number and r.offset + LOG_RECORD_HEADER.size <= segment.capacity:
-                try:
-                    end = max(end, segment.record_end(r.offset))
-                except Exception:
-                    continue
+                end = max(end, segment.record_end(r.offset))
         return min(end, segment.capacity)
 
     def _report(self, error: CorruptRecordError) -> None:
