@@ -25,6 +25,8 @@ from daskqueue.errors import (
     FormatVersionError,
     CorruptRecordError,
     StoreFullError,
+    StoreIOError,
+    StorePermissionError,
 )
 from daskqueue.messages import Message, Task, make_id, split_id
 from daskqueue.queue.base import QueueStats
@@ -68,6 +70,8 @@ __all__ = [
     "FormatVersionError",
     "CorruptRecordError",
     "StoreFullError",
+    "StoreIOError",
+    "StorePermissionError",
 ]
 
 logging.getLogger("daskqueue").addHandler(logging.NullHandler())

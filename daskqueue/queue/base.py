@@ -306,8 +306,9 @@ class QueueActorBase:
             raise LeaseExpiredError(lease_id)
         done, errors, fatal, results = decode_settle(blob)
         now = self._now()
-        # The results first: if storage refuses them, the lease is still held and nothing
-        # is acked without its result.
+        # Check, then store the results, then settle: if storage refuses the results, the
+        # lease is still held and nothing is acked without its result.
+        self._core.check_settlement(lease_id, done=done, errors=errors, fatal=fatal)
         if results is not None and done:
             ranges = _ran_ranges(lease, done)
             self._add_result((self.index, ranges, sorted(errors), results, None))

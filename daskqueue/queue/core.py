@@ -265,6 +265,27 @@ class QueueCore:
 
     # -- settle ---------------------------------------------------------------------------
 
+    def check_settlement(
+        self,
+        lease_id: int,
+        *,
+        done: int,
+        errors: dict[int, bytes] | None = None,
+        fatal: frozenset[int] | set[int] = frozenset(),
+    ) -> None:
+        """Raise what :meth:`settle` would raise for these arguments, changing nothing:
+        ``KeyError`` for an unknown lease, ``ValueError`` for positions outside it."""
+        lease = self._leases[lease_id]
+        errors = errors or {}
+        if not 0 <= done <= lease.count:
+            raise ValueError(f"done={done} outside 0..{lease.count}")
+        bad = [i for i in errors if not 0 <= i < done]
+        if bad:
+            raise ValueError(f"error positions {bad[:5]} outside the {done} messages that ran")
+        stray = [i for i in fatal if i not in errors]
+        if stray:
+            raise ValueError(f"fatal positions {sorted(stray)[:5]} have no error")
+
     def settle(
         self,
         lease_id: int,
@@ -282,19 +303,9 @@ class QueueCore:
         acked; released ones go back to the front of the ready queue, attempts unchanged.
         Raises ``KeyError`` if the lease is unknown (expired or already settled).
         """
+        self.check_settlement(lease_id, done=done, errors=errors, fatal=fatal)
         lease = self._leases.pop(lease_id)
         errors = errors or {}
-        if not 0 <= done <= lease.count:
-            self._leases[lease_id] = lease
-            raise ValueError(f"done={done} outside 0..{lease.count}")
-        bad = [i for i in errors if not 0 <= i < done]
-        if bad:
-            self._leases[lease_id] = lease
-            raise ValueError(f"error positions {bad[:5]} outside the {done} messages that ran")
-        stray = [i for i in fatal if i not in errors]
-        if stray:
-            self._leases[lease_id] = lease
-            raise ValueError(f"fatal positions {sorted(stray)[:5]} have no error")
         self._n.leased -= lease.count
         acked: list[Span] = []
         released: list[Span] = []
