@@ -11,6 +11,7 @@ from typing import Any
 
 from daskqueue import defaults
 from daskqueue.errors import CorruptRecordError, PayloadTooLargeError, StoreError
+from daskqueue.messages import error_from_exception
 from daskqueue.queue.base import QueueActorBase
 from daskqueue.queue.core import LEASE_EXPIRED, Chunk, Span
 from daskqueue.segment.format import PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType
@@ -255,8 +256,17 @@ class DurableQueue(QueueActorBase):
             self._store.unpin(entry[0])
 
     def _add_result(self, record: tuple[Any, ...]) -> None:
+        data = pickle.dumps(record, PROTOCOL)
+        if len(data) > self._store.max_record_body:
+            # A batch's results can outgrow a log segment: store them in pieces.
+            for piece in split_result_record(record, self._store.max_record_body):
+                self._add_result_record(piece, pickle.dumps(piece, PROTOCOL))
+        else:
+            self._add_result_record(record, data)
+
+    def _add_result_record(self, record: tuple[Any, ...], data: bytes) -> None:
         number = self._results_base + len(self._results)
-        seg, off = self._store.append_log(LogType.RESULT, pickle.dumps(record, PROTOCOL))
+        seg, off = self._store.append_log(LogType.RESULT, data)
         # Written with the ACKs in one append, before them: a torn write keeps the results
         # and loses the acks (the messages run again), never the other way round.
         self._pending.append(IndexRecord(IndexType.RESULT, number, 0, 0, seg, off))
@@ -384,3 +394,49 @@ class DurableQueue(QueueActorBase):
     async def compact(self) -> None:
         """Compact the index now (it also happens on its own past ``compact_index_bytes``)."""
         self._compact()
+
+
+def split_result_record(record: tuple[Any, ...], limit: int) -> list[tuple[Any, ...]]:
+    """Split a result record ``(queue, ranges, failed, results_blob, final_errors)`` into
+    records that each pickle to at most ``limit`` bytes, keeping their messages in order.
+
+    A single message whose result alone is too big becomes a final failure of that message
+    (a :class:`PayloadTooLargeError` the client reports): it ran and is acked, but its result
+    cannot be kept.
+    """
+    queue, ranges, failed, blob, final_errors = record
+    values = pickle.loads(blob)
+    failed_set, final_errors = set(failed), dict(final_errors or {})
+    # Each message's seq and the range it came from: ranges are never merged, even when
+    # consecutive (the client maps each range to one put group).
+    seqs = [(first + k, r) for r, (first, count) in enumerate(ranges) for k in range(count)]
+    out: list[tuple[Any, ...]] = []
+
+    def piece(lo: int, hi: int) -> tuple[Any, ...]:
+        runs: list[tuple[int, int]] = []
+        last = None
+        for seq, r in seqs[lo:hi]:
+            if r == last:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((seq, 1))
+                last = r
+        fails = [p - lo for p in range(lo, hi) if p in failed_set]
+        finals = {p - lo: final_errors[p] for p in range(lo, hi) if p in final_errors}
+        return (queue, runs, fails, pickle.dumps(values[lo:hi], PROTOCOL), finals or None)
+
+    def emit(lo: int, hi: int) -> None:
+        rec = piece(lo, hi)
+        if len(pickle.dumps(rec, PROTOCOL)) <= limit:
+            out.append(rec)
+        elif hi - lo > 1:
+            mid = (lo + hi) // 2
+            emit(lo, mid)
+            emit(mid, hi)
+        else:
+            size = len(pickle.dumps(values[lo], PROTOCOL))
+            error = error_from_exception(PayloadTooLargeError(size, limit))
+            out.append((queue, [(seqs[lo][0], 1)], [0], pickle.dumps([None], PROTOCOL), {0: error}))
+
+    emit(0, len(seqs))
+    return out

@@ -11,6 +11,7 @@ from daskqueue import (
     PayloadTooLargeError,
     QueueClosedError,
     QueuePool,
+    RemoteTaskError,
     SerializationError,
 )
 from tests import tasks
@@ -158,3 +159,27 @@ def test_map_with_a_bad_priority_is_refused_before_anything_is_put(pools):
         qp.put_many([1], type=7)
     assert qp.stats()[0].total_put == 0
 
+
+
+def test_a_durable_group_split_over_segments_keeps_one_id_per_task(pools, tmp_path):
+    qp = pools.queue(1, durability="durable", dirpath=tmp_path / "pool", max_segment_bytes=65536)
+    payload = b"x" * 1000  # 200 tasks of 1 KB: more than one 64 KiB segment record
+    ids = qp.batch_submit([(tasks.double, payload) for _ in range(200)])
+    assert len(ids) == len(set(ids)) == 200
+    assert qp.stats()[0].total_put == 200
+    cp = pools.consumer(qp, n_consumers=1)
+    cp.start()
+    assert qp.map(len, [payload] * 150, timeout_s=60) == [1000] * 150
+    cp.join(timeout=60)
+    results = cp.results()
+    assert all(results[i] == 2 * payload for i in ids)
+
+
+def test_a_result_too_big_for_a_durable_segment_is_a_clear_failure_not_a_loss(pools, tmp_path):
+    qp = pools.queue(1, durability="durable", dirpath=tmp_path / "pool", max_segment_bytes=65536)
+    cp = pools.consumer(qp, n_consumers=1)
+    cp.start()
+    out = qp.map(tasks.double, [b"y" * 50, b"z" * 40_000], errors="return", timeout_s=60)
+    assert out[0] == b"y" * 100
+    assert isinstance(out[1], RemoteTaskError)
+    assert "PayloadTooLargeError" in out[1].exc_type
