@@ -5,7 +5,10 @@ delayed messages, long-polling waiters, the function table, and the results and 
 waiting to be fetched by the client. Storage is a pair of hooks a durable subclass fills in.
 
 Threading: every public method is ``async def`` and runs on the worker's event loop; none
-blocks. Work per call is bounded by the size of its blob.
+blocks. Work per call is bounded by the size of its blob. Work that grows with the whole
+queue (a durable queue's compaction) runs on a thread of its own while the queue is *paused*
+(``_run_paused``): every method waits for it at the gate (``_unpaused``) before it reads or
+changes any state, so that thread is the only one touching the queue while it runs.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import logging
 import pickle
 import time
 from array import array
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from daskqueue import defaults
 from daskqueue.errors import LeaseExpiredError, PayloadTooLargeError, QueueClosedError, QueueEmpty
@@ -26,6 +30,8 @@ from daskqueue.serialize import PROTOCOL, decode_put, decode_settle, encode_deli
 __all__ = ["QueueActorBase", "QueueStats"]
 
 logger = logging.getLogger("daskqueue")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +95,7 @@ class QueueActorBase:
         self._timer_changed: asyncio.Event | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._sweep_at: float | None = None
+        self._paused: asyncio.Event | None = None  # set when the paused work has finished
 
     def __repr__(self) -> str:
         s = self._core.stats()
@@ -125,18 +132,60 @@ class QueueActorBase:
                 await asyncio.wait_for(self._timer_changed.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
-            now = self._now()
-            expired = self._core.expire(now=now)
-            if expired:
-                logger.info("queue %d: %d leased messages expired; redelivering", self.index, expired)
-                self._notify_outcomes()  # some may have been dead-lettered
-            try:
-                self._after_change(now)
-                self._housekeeping()
-            except Exception:
-                logger.exception("queue %d: storage housekeeping failed", self.index)
-            if self._core.has_ready(now):
-                self._notify_ready()
+            await self._unpaused()
+            if self._closed:
+                break
+            await self._sweep_once(self._now())
+
+    async def _sweep_once(self, now: float) -> None:
+        """One wakeup's work: expire, persist, housekeeping (which may pause the queue)."""
+        expired = self._core.expire(now=now)
+        if expired:
+            logger.info("queue %d: %d leased messages expired; redelivering", self.index, expired)
+            self._notify_outcomes()  # some may have been dead-lettered
+        try:
+            self._after_change(now)
+            await self._housekeeping()
+        except Exception:
+            logger.exception("queue %d: storage housekeeping failed", self.index)
+        if self._core.has_ready(now):
+            self._notify_ready()
+
+    # -- pausing the queue for work off the loop --------------------------------------------
+
+    async def _unpaused(self) -> None:
+        """The gate: return once no paused work runs. Every method calls it before it reads or
+        changes state, and again after any ``await`` that may have let a pause begin.
+
+        Costs one attribute check when nothing is paused (always, in a transient queue).
+        """
+        while self._paused is not None:
+            await self._paused.wait()
+
+    async def _run_paused(self, work: Callable[[], T]) -> T:
+        """Run ``work()`` on a thread of its own while every other call waits at the gate.
+
+        ``work`` may touch every piece of the queue's state; nothing on the loop does until it
+        has returned. The pause ends when the thread does, even if the caller is cancelled
+        meanwhile (the future is shielded; its done-callback ends the pause). The thread is
+        started here and ends with ``work``: nobody has to stop it. One runs at a time.
+        """
+        await self._unpaused()
+        done = self._paused = asyncio.Event()
+        executor = ThreadPoolExecutor(1, thread_name_prefix=f"daskqueue-{self.index}-paused")
+        try:
+            future = asyncio.get_running_loop().run_in_executor(executor, work)
+        except BaseException:
+            self._resume(done)
+            raise
+        finally:
+            executor.shutdown(wait=False)  # the thread exits once ``work`` returns
+        future.add_done_callback(lambda _: self._resume(done))
+        return await asyncio.shield(future)
+
+    def _resume(self, done: asyncio.Event) -> None:
+        self._paused = None
+        done.set()
 
     def _reschedule(self) -> None:
         """Wake the sweeper if something now falls due before its planned wakeup."""
@@ -186,8 +235,8 @@ class QueueActorBase:
         """Seconds until ``_housekeeping`` should run (None: nothing scheduled)."""
         return None
 
-    def _housekeeping(self) -> None:
-        """Periodic storage work (interval syncs), run by the sweeper."""
+    async def _housekeeping(self) -> None:
+        """Periodic storage work (interval syncs, compaction), run by the sweeper."""
 
     def _close_storage(self) -> None:
         """Release storage on close."""
@@ -200,6 +249,7 @@ class QueueActorBase:
         A group that storage splits into several chunks still gets one range: its chunks are
         made one after the other, so their sequence numbers are consecutive.
         """
+        await self._unpaused()
         self._start()
         funcs, groups = decode_put(blob)
         for g in groups:
@@ -247,6 +297,7 @@ class QueueActorBase:
         self._get_calls += 1
         deadline = self._now() + wait_s
         while True:
+            await self._unpaused()  # at the start and after every wait for a message
             if self._closed:
                 return None
             now = self._now()
@@ -300,6 +351,7 @@ class QueueActorBase:
         lease expired before this call: its messages were redelivered, and this outcome is
         dropped so that each message has exactly one recorded outcome.
         """
+        await self._unpaused()
         self._start()
         lease = self._core.lease(lease_id)
         if lease is None:
@@ -323,6 +375,7 @@ class QueueActorBase:
 
     async def record_outcomes(self, ranges: list[tuple[int, int]], errors: dict[int, bytes], results: bytes) -> None:
         """Store the outcomes of early-acked messages (already settled; failures are final)."""
+        await self._unpaused()
         self._start()
         self._add_result((self.index, ranges, sorted(errors), results, errors))
         self._after_change(self._now())
@@ -330,6 +383,7 @@ class QueueActorBase:
 
     async def extend(self, lease_ids: list[int]) -> list[int]:
         """Extend live leases by ``lease_timeout_s`` from now; return the ids no longer held."""
+        await self._unpaused()
         self._start()
         return self._core.extend(lease_ids, now=self._now())
 
@@ -337,6 +391,7 @@ class QueueActorBase:
 
     async def get_functions(self, digests: list[bytes]) -> dict[bytes, bytes]:
         """The pickled functions with these digests (those this queue knows)."""
+        await self._unpaused()
         return {d: self._funcs[d] for d in digests if d in self._funcs}
 
     async def fetch_results(self, cursor: int) -> tuple[int, bytes]:
@@ -347,6 +402,7 @@ class QueueActorBase:
         that ran, and ``final_errors`` maps positions to errors of early-acked messages (whose
         failures are final; late-acked failures are retried and reach ``fetch_dead`` instead).
         """
+        await self._unpaused()
         drop = max(0, min(cursor - self._results_base, len(self._results)))
         if drop:
             self._drop_results(drop)
@@ -358,6 +414,7 @@ class QueueActorBase:
     ) -> tuple[int, bytes, int, list[tuple[int, int, bytes, Any]]]:
         """``fetch_results`` and ``fetch_dead`` in one call; if neither has anything new,
         wait up to ``wait_s`` for an outcome to arrive (a long poll, not a loop)."""
+        await self._unpaused()
         self._start()
         end = self._results_base + len(self._results)
         if wait_s > 0 and cursor >= end and dead_cursor >= len(self._core.dead):
@@ -366,16 +423,19 @@ class QueueActorBase:
                 await asyncio.wait_for(self._outcome_event.wait(), wait_s)
             except asyncio.TimeoutError:
                 pass
+        # Both wait at the gate again; neither yields to the loop once past it.
         cursor, blob = await self.fetch_results(cursor)
         dead_cursor, dead = await self.fetch_dead(dead_cursor)
         return cursor, blob, dead_cursor, dead
 
     async def fetch_dead(self, cursor: int) -> tuple[int, list[tuple[int, int, bytes, Any]]]:
         """Dead letters from index ``cursor`` on: ``(seq, attempts, error, meta)`` each."""
+        await self._unpaused()
         dead = self._core.dead[cursor:]
         return cursor + len(dead), [(d.seq, d.attempts, d.error, d.chunk.meta) for d in dead]
 
     async def stats(self) -> QueueStats:
+        await self._unpaused()
         s = self._core.stats()
         return QueueStats(
             index=self.index,
@@ -393,7 +453,8 @@ class QueueActorBase:
         )
 
     async def close(self) -> None:
-        """Refuse further calls, wake every waiter, stop the sweeper. Idempotent."""
+        """Refuse further calls, wake every waiter, stop the sweeper, wait for paused work to
+        finish, then close storage. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -402,8 +463,9 @@ class QueueActorBase:
             self._timer_changed.set()
             self._notify_ready()
             self._notify_outcomes()
-            await self._sweeper
+            await self._sweeper  # it finishes a compaction it runs before it returns
             self._sweeper = None
+        await self._unpaused()  # a compaction run by compact() still owns the storage
         self._close_storage()
 
 

@@ -10,7 +10,7 @@ from array import array
 from typing import Any
 
 from daskqueue import defaults
-from daskqueue.errors import CorruptRecordError, PayloadTooLargeError, StoreError
+from daskqueue.errors import CorruptRecordError, PayloadTooLargeError, QueueClosedError, StoreError
 from daskqueue.messages import error_from_exception
 from daskqueue.queue.base import QueueActorBase
 from daskqueue.queue.core import LEASE_EXPIRED, Chunk, Span
@@ -37,8 +37,11 @@ class DurableQueue(QueueActorBase):
     found. ``fsync`` is ``"always"``, ``"interval"`` (default, every ``fsync_interval_s``) or
     ``"never"``; a process crash loses nothing acknowledged under any of them.
 
-    Same actor methods as :class:`TransientQueue`, plus ``recovery_report()`` and
-    ``disk_usage()``. Recovery runs in ``__init__``, on a worker thread, off the event loop.
+    Same actor methods as :class:`TransientQueue`, plus ``recovery_report()``,
+    ``disk_usage()`` and ``compact()``. Recovery runs in ``__init__``, on a worker thread, off
+    the event loop. Compaction (automatic once the index passes ``compact_index_bytes``, or
+    ``compact()``) runs on a thread of its own while the queue is paused: calls made meanwhile
+    wait for it, and the event loop stays free for everything else on the worker.
     """
 
     kind = "durable"
@@ -73,6 +76,7 @@ class DurableQueue(QueueActorBase):
         self._chunk_live: dict[int, list[int]] = {}  # base_seq -> [segment, unsettled count]
         self._dead_errors: dict[int, tuple[int, int]] = {}  # seq -> error record location
         self._pending: list[IndexRecord] = []  # index records to go out with the next append
+        self._compaction_due = False  # the sweeper compacts when it next wakes
         try:
             recovered = replay(self._store.take_records(), self._store.read_log, self._store.report)
             self._restore(recovered)
@@ -230,17 +234,10 @@ class DurableQueue(QueueActorBase):
                 self._settled(span)
         self._store.append_index(records)
         self._commit()
-        if self._store.needs_compaction():
-            self._compact_or_postpone()
-
-    def _compact_or_postpone(self) -> None:
-        # The call's own records are written and committed: a failed compaction must not turn
-        # its answer into an error. It changed nothing (see _compact); try again later.
-        try:
-            self._compact()
-        except StoreError as e:
-            logger.warning("queue %d: compaction failed, postponed: %s", self.index, e)
-            self._store.postpone_compaction()
+        if not self._compaction_due and self._store.needs_compaction():
+            # Compacting takes time in proportion to the live state: never inline in a call.
+            self._compaction_due = True
+            self._wake_sweeper()
 
     def _commit(self) -> None:
         if self._store.commit():  # a new interval sync is pending: the sweeper must plan it
@@ -284,12 +281,27 @@ class DurableQueue(QueueActorBase):
         self._commit()
 
     def _housekeeping_due_in(self) -> float | None:
-        return self._store.sync_due_in()
+        return 0.0 if self._compaction_due else self._store.sync_due_in()
 
-    def _housekeeping(self) -> None:
+    async def _housekeeping(self) -> None:
+        """The due interval sync, then the due compaction (off the loop, queue paused)."""
         due = self._store.sync_due_in()
         if due is not None and due <= 0:
             self._store.sync()
+        if self._compaction_due:
+            await self._compact_or_postpone()
+
+    async def _compact_or_postpone(self) -> None:
+        # The calls whose records grew the index were answered long ago: a failed compaction
+        # is only logged. It changed nothing (see _compact); the next try waits for the index
+        # to double.
+        try:
+            await self._run_paused(self._compact)
+        except StoreError as e:
+            logger.warning("queue %d: compaction failed, postponed: %s", self.index, e)
+            self._store.postpone_compaction()
+        finally:
+            self._compaction_due = False
 
     def _close_storage(self) -> None:
         self._store.close()
@@ -299,9 +311,10 @@ class DurableQueue(QueueActorBase):
     def _compact(self) -> None:
         """Rewrite the index with only live state; copy small live log records forward.
 
-        The queue's references and the store's pins change only once the new index is in
-        place: a compaction that fails (a full disk) leaves both as they were, and the copies
-        it appended are bytes no index names.
+        Runs on its own thread, through ``_run_paused`` only: nothing else touches the queue
+        meanwhile. The queue's references and the store's pins change only once the new index
+        is in place: a compaction that fails (a full disk) leaves both as they were, and the
+        copies it appended are bytes no index names.
         """
         store = self._store
         next_result = self._results_base + len(self._results)
@@ -385,6 +398,7 @@ class DurableQueue(QueueActorBase):
 
     async def disk_usage(self) -> dict[str, int]:
         """Bytes on disk, log segment count and index size."""
+        await self._unpaused()
         return {
             "disk_bytes": self._store.disk_bytes(),
             "segments": len(self._store.segment_numbers()),
@@ -392,8 +406,16 @@ class DurableQueue(QueueActorBase):
         }
 
     async def compact(self) -> None:
-        """Compact the index now (it also happens on its own past ``compact_index_bytes``)."""
-        self._compact()
+        """Compact the index now (it also happens on its own past ``compact_index_bytes``).
+
+        Runs off the event loop while the queue is paused; raises what the compaction raised
+        (a :class:`StoreError`; the queue is then as it was).
+        """
+        await self._unpaused()
+        if self._closed:
+            raise QueueClosedError(f"queue {self.index} is closed")
+        await self._run_paused(self._compact)
+        self._compaction_due = False
 
 
 def split_result_record(record: tuple[Any, ...], limit: int) -> list[tuple[Any, ...]]:

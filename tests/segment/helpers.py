@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import os
 import pickle
@@ -44,6 +45,16 @@ async def drain(q):
             return out
         out.update({seq: (item, a) for seq, item, a in items})
         await settle(q, lease, len(items))
+
+
+async def background_done(q):
+    """Yield to the loop until the compaction due, if any, has run (or failed) on the sweeper.
+
+    A test's tight loop of calls that never wait gives the sweeper no turn; a worker, serving
+    calls one message at a time, does.
+    """
+    while q._compaction_due or q._paused is not None:
+        await asyncio.sleep(0.001)
 
 
 def crash(q):

@@ -411,7 +411,7 @@ class DurableQueueMachine(RuleBasedStateMachine):
         q, now = self.q, self.now
         expired = q._core.expire(now=now)
         q._after_change(now)
-        q._housekeeping()
+        self.run(q._housekeeping())  # a due compaction runs here, on its thread
         q._core.has_ready(now)
         n = 0
         for lease_id, lease in sorted(self.leases.items()):
