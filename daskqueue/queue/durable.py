@@ -315,10 +315,14 @@ class DurableQueue(QueueActorBase):
         meanwhile. The queue's references and the store's pins change only once the new index
         is in place: a compaction that fails (a full disk) leaves both as they were, and the
         copies it appended are bytes no index names.
+
+        It keeps records encoded and groups spans by sorting, not in new containers: few
+        long-lived objects, so it does not set off a full garbage collection, which holds
+        the GIL (and the event loop) for a pass over the whole heap.
         """
         store = self._store
         next_result = self._results_base + len(self._results)
-        records = [IndexRecord(IndexType.WATERMARK, self._core.next_seq, 0, 0, 0, next_result)]
+        records = [IndexRecord(IndexType.WATERMARK, self._core.next_seq, 0, 0, 0, next_result).to_bytes()]
         pins: dict[int, int] = {}
         func_refs = self._copy_funcs(records, pins)
         self._chunk_records(records, pins)
@@ -329,54 +333,62 @@ class DurableQueue(QueueActorBase):
         store.reset_pins(pins)
         store.sync()
 
-    def _copy_funcs(self, records: list[IndexRecord], pins: dict[int, int]) -> dict[bytes, tuple[int, int]]:
+    def _copy_funcs(self, records: list[bytes], pins: dict[int, int]) -> dict[bytes, tuple[int, int]]:
         refs = {}
         for digest, data in self._funcs.items():
             seg, off = self._store.append_log(LogType.FUNC, digest, data)
             refs[digest] = (seg, off)
-            records.append(IndexRecord(IndexType.FUNC, 0, 0, 0, seg, off))
+            records.append(IndexRecord(IndexType.FUNC, 0, 0, 0, seg, off).to_bytes())
             pins[seg] = pins.get(seg, 0) + 1
         return refs
 
-    def _chunk_records(self, records: list[IndexRecord], pins: dict[int, int]) -> None:
+    def _chunk_records(self, records: list[bytes], pins: dict[int, int]) -> None:
         """Each chunk with live messages: its CHUNK record, ACKs for the settled gaps, and the
         RETRY/LEASE records of its live spans."""
-        by_chunk: dict[int, list[tuple[Span, str]]] = {}
-        for span, state in self._core.live_spans():
-            by_chunk.setdefault(span.chunk.base_seq, []).append((span, state))
-        for base in sorted(by_chunk):
-            chunk = by_chunk[base][0][0].chunk
-            _, _, seg, off = chunk.payload
-            records.append(IndexRecord(IndexType.CHUNK, base, chunk.count, 0, seg, off))
-            pins[seg] = pins.get(seg, 0) + 1
-            cursor = 0
-            for span, state in sorted(by_chunk[base], key=lambda x: x[0].start):
-                if span.start > cursor:
-                    records.append(IndexRecord(IndexType.ACK, base + cursor, span.start - cursor))
-                if span.attempts:
-                    records.append(IndexRecord(IndexType.RETRY, span.first_seq, span.count, span.attempts))
-                if state == "leased":
-                    records.append(IndexRecord(IndexType.LEASE, span.first_seq, span.count, span.attempts))
-                cursor = span.stop
-            if cursor < chunk.count:
-                records.append(IndexRecord(IndexType.ACK, base + cursor, chunk.count - cursor))
+        spans = self._core.live_spans()
+        # Two stable sorts with int keys: by chunk, then by position in it. (Tuple keys would
+        # be as many new objects as spans, the kind of growth that sets off a collection.)
+        spans.sort(key=lambda x: x[0].start)
+        spans.sort(key=lambda x: x[0].chunk.base_seq)
+        chunk, cursor = None, 0
+        for span, state in spans:
+            if span.chunk is not chunk:
+                self._end_chunk(records, chunk, cursor)
+                chunk, cursor = span.chunk, 0
+                _, _, seg, off = chunk.payload
+                records.append(IndexRecord(IndexType.CHUNK, chunk.base_seq, chunk.count, 0, seg, off).to_bytes())
+                pins[seg] = pins.get(seg, 0) + 1
+            if span.start > cursor:
+                records.append(IndexRecord(IndexType.ACK, chunk.base_seq + cursor, span.start - cursor).to_bytes())
+            if span.attempts:
+                records.append(IndexRecord(IndexType.RETRY, span.first_seq, span.count, span.attempts).to_bytes())
+            if state == "leased":
+                records.append(IndexRecord(IndexType.LEASE, span.first_seq, span.count, span.attempts).to_bytes())
+            cursor = span.stop
+        self._end_chunk(records, chunk, cursor)
 
-    def _copy_dead(self, records: list[IndexRecord], pins: dict[int, int]) -> dict[int, tuple[int, int]]:
+    @staticmethod
+    def _end_chunk(records: list[bytes], chunk: Chunk | None, cursor: int) -> None:
+        """The ACK for a chunk's settled messages after its last live span."""
+        if chunk is not None and cursor < chunk.count:
+            records.append(IndexRecord(IndexType.ACK, chunk.base_seq + cursor, chunk.count - cursor).to_bytes())
+
+    def _copy_dead(self, records: list[bytes], pins: dict[int, int]) -> dict[int, tuple[int, int]]:
         refs: dict[int, tuple[int, int]] = {}
         copied: dict[bytes, tuple[int, int]] = {}
         for d in self._core.dead:
             if d.error not in copied:
                 copied[d.error] = self._store.append_log(LogType.ERROR, d.error)
             seg, off = refs[d.seq] = copied[d.error]
-            records.append(IndexRecord(IndexType.DEAD, d.seq, 1, min(d.attempts, _MAX_ATTEMPTS_ON_DISK), seg, off))
+            records.append(IndexRecord(IndexType.DEAD, d.seq, 1, min(d.attempts, _MAX_ATTEMPTS_ON_DISK), seg, off).to_bytes())
             pins[seg] = pins.get(seg, 0) + 1
         return refs
 
-    def _copy_results(self, records: list[IndexRecord], pins: dict[int, int]) -> list[int]:
+    def _copy_results(self, records: list[bytes], pins: dict[int, int]) -> list[int]:
         refs = []
         for k, record in enumerate(self._results):
             seg, off = self._store.append_log(LogType.RESULT, pickle.dumps(record, PROTOCOL))
-            records.append(IndexRecord(IndexType.RESULT, self._results_base + k, 0, 0, seg, off))
+            records.append(IndexRecord(IndexType.RESULT, self._results_base + k, 0, 0, seg, off).to_bytes())
             refs.append(seg)
             pins[seg] = pins.get(seg, 0) + 1
         return refs

@@ -31,15 +31,16 @@ class IndexSegment:
         self.dirty = False
 
     @classmethod
-    def create(cls, path: str, records: list[IndexRecord] = ()) -> IndexSegment:  # type: ignore[assignment]
-        """Create ``path`` with a header and ``records``, crash-safely: written and fsynced as
+    def create(cls, path: str, records: list[bytes] = ()) -> IndexSegment:  # type: ignore[assignment]
+        """Create ``path`` with a header and ``records`` (encoded with ``IndexRecord.to_bytes()``:
+        compaction keeps them so, see ``DurableQueue._compact``), crash-safely: written and fsynced as
         ``path + ".tmp"``, then renamed to ``path`` with ``os.replace``. The caller fsyncs the
         directory; recovery rule 1 deletes a ``.tmp`` a crash left."""
         tmp = path + ".tmp"
         with os_errors(tmp, "create an index"):
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:
-            data = pack_file_header(INDEX_MAGIC) + b"".join(r.to_bytes() for r in records)
+            data = pack_file_header(INDEX_MAGIC) + b"".join(records)
             _write_all(fd, data, tmp)
             with os_errors(tmp, "create an index"):
                 os.fsync(fd)

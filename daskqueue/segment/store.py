@@ -394,8 +394,9 @@ class SegmentStore:
         """After a failed compaction: the next attempt comes once the index has doubled."""
         self._last_compacted_size = self._index.size
 
-    def replace_index(self, records: list[IndexRecord]) -> None:
-        """Compaction: make ``records`` the whole index, crash-safely (FORMAT.md)."""
+    def replace_index(self, records: list[bytes]) -> None:
+        """Compaction: make ``records`` (each ``IndexRecord.to_bytes()``) the whole index,
+        crash-safely (FORMAT.md)."""
         self.sync()  # copied-forward log records must be on disk before the index names them
         nxt = self.generation + 1
         new = IndexSegment.create(self._path(index_name(nxt)), records)  # fsynced, renamed
