@@ -163,3 +163,37 @@ async def test_close_waits_for_a_running_compaction(tmp_path):
     assert (await q.stats()).ready == 20_000
     assert q._store.generation == 2
 
+
+
+def test_on_a_cluster_a_compacting_queue_does_not_stall_its_neighbour(client, tmp_path):
+    """Two durable queues on one worker: while one compacts a large index, the other answers."""
+    from daskqueue.queue.durable import DurableQueue
+
+    worker = sorted(client.scheduler_info()["workers"])[0]
+
+    def open_actor(index, **kw):
+        return client.submit(DurableQueue, index, str(tmp_path / f"q{index}"), fsync="never", actor=True,
+                             workers=[worker], pure=False, **kw).result()
+
+    big = open_actor(0, compact_index_bytes=1 << 30)
+    neighbour = open_actor(1)
+    for _ in range(20):
+        big.put_batch(many_chunks_blob(5000)).result()
+    client.run(lambda: (gc.collect(), gc.freeze()), workers=[worker])  # see frozen_heap
+    try:
+        started = time.perf_counter()
+        compaction = big.compact()
+        latencies = []
+        while not compaction.done():
+            t = time.perf_counter()
+            neighbour.stats().result()
+            latencies.append(time.perf_counter() - t)
+        compaction.result()
+        compaction_s = time.perf_counter() - started
+    finally:
+        client.run(gc.unfreeze, workers=[worker])
+        big.close().result()
+        neighbour.close().result()
+    assert compaction_s > 0.05 and len(latencies) >= 3, (compaction_s, latencies)
+    # Inline, the compaction stalled the whole worker: one neighbour call took all of it.
+    assert max(latencies) < compaction_s / 3, (max(latencies), compaction_s)
