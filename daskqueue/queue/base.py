@@ -118,38 +118,52 @@ class QueueActorBase:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
 
     async def _sweep_forever(self) -> None:
-        """Expire leases and promote delayed messages when they fall due; sleep otherwise."""
-        assert self._timer_changed is not None
-        while not self._closed:
-            wakeup = self._core.next_wakeup()
-            self._sweep_at = wakeup
-            timeout = None if wakeup is None else max(0.0, wakeup - self._now()) + 0.001
-            chore = self._housekeeping_due_in()
-            if chore is not None:
-                timeout = chore if timeout is None else min(timeout, chore)
-            self._timer_changed.clear()
-            try:
-                await asyncio.wait_for(self._timer_changed.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
+        """Expire leases and promote delayed messages when they fall due; sleep otherwise.
+
+        Passes the gate after each ``await``: a compaction may have begun meanwhile.
+        """
+        while True:
             await self._unpaused()
             if self._closed:
-                break
+                return
+            await self._sleep_until_due()
+            await self._unpaused()
+            if self._closed:
+                return
             await self._sweep_once(self._now())
 
+    async def _sleep_until_due(self) -> None:
+        """Until the next lease deadline, delayed message or housekeeping, or a wakeup."""
+        assert self._timer_changed is not None
+        wakeup = self._core.next_wakeup()
+        self._sweep_at = wakeup
+        timeout = None if wakeup is None else max(0.0, wakeup - self._now()) + 0.001
+        chore = self._housekeeping_due_in()
+        if chore is not None:
+            timeout = chore if timeout is None else min(timeout, chore)
+        self._timer_changed.clear()
+        try:
+            await asyncio.wait_for(self._timer_changed.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+
     async def _sweep_once(self, now: float) -> None:
-        """One wakeup's work: expire, persist, housekeeping (which may pause the queue)."""
+        """One wakeup's work: expire, persist, wake getters, then housekeeping, last because
+        it may pause the queue."""
         expired = self._core.expire(now=now)
         if expired:
             logger.info("queue %d: %d leased messages expired; redelivering", self.index, expired)
             self._notify_outcomes()  # some may have been dead-lettered
         try:
             self._after_change(now)
-            await self._housekeeping()
         except Exception:
             logger.exception("queue %d: storage housekeeping failed", self.index)
         if self._core.has_ready(now):
             self._notify_ready()
+        try:
+            await self._housekeeping()
+        except Exception:
+            logger.exception("queue %d: storage housekeeping failed", self.index)
 
     # -- pausing the queue for work off the loop --------------------------------------------
 
