@@ -171,7 +171,8 @@ class QueueActorBase:
         """The gate: return once no paused work runs. Every method calls it before it reads or
         changes state, and again after any ``await`` that may have let a pause begin.
 
-        Costs one attribute check when nothing is paused (always, in a transient queue).
+        The data plane checks ``self._paused is not None`` before calling it, so the gate
+        costs one attribute check when nothing is paused (always, in a transient queue).
         """
         while self._paused is not None:
             await self._paused.wait()
@@ -263,7 +264,8 @@ class QueueActorBase:
         A group that storage splits into several chunks still gets one range: its chunks are
         made one after the other, so their sequence numbers are consecutive.
         """
-        await self._unpaused()
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
         self._start()
         funcs, groups = decode_put(blob)
         for g in groups:
@@ -311,7 +313,8 @@ class QueueActorBase:
         self._get_calls += 1
         deadline = self._now() + wait_s
         while True:
-            await self._unpaused()  # at the start and after every wait for a message
+            if self._paused is not None:  # the gate, at the start and after every wait
+                await self._unpaused()
             if self._closed:
                 return None
             now = self._now()
@@ -365,7 +368,8 @@ class QueueActorBase:
         lease expired before this call: its messages were redelivered, and this outcome is
         dropped so that each message has exactly one recorded outcome.
         """
-        await self._unpaused()
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
         self._start()
         lease = self._core.lease(lease_id)
         if lease is None:
@@ -389,7 +393,8 @@ class QueueActorBase:
 
     async def record_outcomes(self, ranges: list[tuple[int, int]], errors: dict[int, bytes], results: bytes) -> None:
         """Store the outcomes of early-acked messages (already settled; failures are final)."""
-        await self._unpaused()
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
         self._start()
         self._add_result((self.index, ranges, sorted(errors), results, errors))
         self._after_change(self._now())
@@ -397,7 +402,8 @@ class QueueActorBase:
 
     async def extend(self, lease_ids: list[int]) -> list[int]:
         """Extend live leases by ``lease_timeout_s`` from now; return the ids no longer held."""
-        await self._unpaused()
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
         self._start()
         return self._core.extend(lease_ids, now=self._now())
 
@@ -405,7 +411,8 @@ class QueueActorBase:
 
     async def get_functions(self, digests: list[bytes]) -> dict[bytes, bytes]:
         """The pickled functions with these digests (those this queue knows)."""
-        await self._unpaused()
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
         return {d: self._funcs[d] for d in digests if d in self._funcs}
 
     async def fetch_results(self, cursor: int) -> tuple[int, bytes]:
@@ -416,7 +423,8 @@ class QueueActorBase:
         that ran, and ``final_errors`` maps positions to errors of early-acked messages (whose
         failures are final; late-acked failures are retried and reach ``fetch_dead`` instead).
         """
-        await self._unpaused()
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
         drop = max(0, min(cursor - self._results_base, len(self._results)))
         if drop:
             self._drop_results(drop)
@@ -428,7 +436,8 @@ class QueueActorBase:
     ) -> tuple[int, bytes, int, list[tuple[int, int, bytes, Any]]]:
         """``fetch_results`` and ``fetch_dead`` in one call; if neither has anything new,
         wait up to ``wait_s`` for an outcome to arrive (a long poll, not a loop)."""
-        await self._unpaused()
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
         self._start()
         end = self._results_base + len(self._results)
         if wait_s > 0 and cursor >= end and dead_cursor >= len(self._core.dead):
@@ -444,12 +453,14 @@ class QueueActorBase:
 
     async def fetch_dead(self, cursor: int) -> tuple[int, list[tuple[int, int, bytes, Any]]]:
         """Dead letters from index ``cursor`` on: ``(seq, attempts, error, meta)`` each."""
-        await self._unpaused()
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
         dead = self._core.dead[cursor:]
         return cursor + len(dead), [(d.seq, d.attempts, d.error, d.chunk.meta) for d in dead]
 
     async def stats(self) -> QueueStats:
-        await self._unpaused()
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
         s = self._core.stats()
         return QueueStats(
             index=self.index,
