@@ -4,7 +4,8 @@ Owns the files; knows nothing of queues. Callers append log records and index re
 ``commit()``, which syncs according to the ``fsync`` policy (FORMAT.md, "Durability
 settings"). Segments are pinned by the live records they hold and deleted when unpinned.
 
-Not thread-safe: one owner (the queue actor, on its event loop) calls it.
+Not thread-safe: one owner at a time calls it: the queue actor on its event loop, or the
+queue's compaction thread while the queue is paused (``QueueActorBase._run_paused``).
 """
 
 from __future__ import annotations
