@@ -84,7 +84,6 @@ def test_killed_durable_queue_worker_loses_no_acknowledged_put_and_redelivers_no
     fresh_cluster, tmp_path
 ):
     client = fresh_cluster(2)
-    workers = sorted(client.scheduler_info()["workers"])
     store, log = tmp_path / "pool", str(tmp_path / "runs.log")
     qp = QueuePool(client, 1, durability="durable", dirpath=store, fsync="never")
     cp = ConsumerPool(client, qp, n_consumers=2, batch_size=20)  # consumer 1 on the other worker
@@ -108,7 +107,7 @@ def test_killed_durable_queue_worker_loses_no_acknowledged_put_and_redelivers_no
     submitter.start()
     time.sleep(2.0)
     acked_before = set(cp.results())  # results ride on acks: these were acked
-    victim = workers[0]
+    victim = qp.queues[0]._address  # where the scheduler put the queue (workers[0] preferred)
     pid = client.run(os.getpid, workers=[victim])[victim]
     os.kill(pid, signal.SIGKILL)
     killed_at = time.time()
