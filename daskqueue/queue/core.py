@@ -27,7 +27,7 @@ import heapq
 import itertools
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from daskqueue.queue.backoff import compute_backoff

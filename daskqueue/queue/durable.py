@@ -10,7 +10,7 @@ from array import array
 from typing import Any
 
 from daskqueue import defaults
-from daskqueue.errors import CorruptRecordError, PayloadTooLargeError, QueueClosedError, StoreError
+from daskqueue.errors import PayloadTooLargeError, QueueClosedError, StoreError
 from daskqueue.messages import error_from_exception
 from daskqueue.queue.base import QueueActorBase
 from daskqueue.queue.core import LEASE_EXPIRED, Chunk, Span

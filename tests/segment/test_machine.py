@@ -35,7 +35,6 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
