@@ -289,7 +289,7 @@ class ConsumerBase:
             return None
         self._fetch_calls += 1
         try:
-            return await self._queues[slot].get_batch(n, wait_s)
+            blob = await self._queues[slot].get_batch(n, wait_s)
         except Exception as e:
             if slot not in self._queue_down_until:
                 logger.warning(
@@ -298,6 +298,9 @@ class ConsumerBase:
                 )
             self._queue_down_until[slot] = time.monotonic() + QUEUE_RETRY_S
             return None
+        if self._queue_down_until:
+            self._queue_down_until.pop(slot, None)  # back: a new failure is logged again
+        return blob
 
     async def _decode(self, slot: int, blob: bytes) -> Batch:
         lease_id, queue_index, segments = decode_delivery(blob)
