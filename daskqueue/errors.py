@@ -22,6 +22,7 @@ __all__ = [
     "SerializationError",
     "PayloadTooLargeError",
     "QueueClosedError",
+    "QueueLostError",
     "QueueEmpty",
     "LeaseExpiredError",
     "JoinTimeoutError",
@@ -84,6 +85,28 @@ class PayloadTooLargeError(DaskQueueError, ValueError):
 
 class QueueClosedError(DaskQueueError):
     """The queue or pool was closed; it accepts no more calls."""
+
+
+class QueueLostError(DaskQueueError):
+    """A queue actor's worker died or cannot be reached.
+
+    A transient queue's messages (and its results not yet fetched) died with the worker. A
+    durable queue's are on disk: a new ``QueuePool(..., durability="durable", dirpath=same)``
+    recovers them. The error from Dask is the ``__cause__``.
+    """
+
+    def __init__(self, queue_index: int, address: str, durability: str) -> None:
+        if durability == "durable":
+            what = "its messages are on disk: open a new QueuePool on the same dirpath to recover them"
+        else:
+            what = "its transient messages and unfetched results are lost with it"
+        super().__init__(f"queue {queue_index} was lost with its worker {address}; {what}")
+        self.queue_index = queue_index
+        self.address = address
+        self.durability = durability
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (QueueLostError, (self.queue_index, self.address, self.durability))
 
 
 class QueueEmpty(DaskQueueError):

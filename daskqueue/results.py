@@ -13,7 +13,7 @@ import logging
 import pickle
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from daskqueue.errors import RemoteTaskError, SerializationError
 from daskqueue.messages import decode_error, make_id
@@ -43,8 +43,9 @@ class MapClaim:
 class ResultCollector:
     """Fetches results and dead letters from every queue of a pool. Thread-safe."""
 
-    def __init__(self, queues: list[Any]) -> None:
+    def __init__(self, queues: list[Any], on_error: Callable[[int, BaseException], None] | None = None) -> None:
         self._queues = queues
+        self._on_error = on_error  # may raise a clearer error for a queue's failed call
         self._cursors = [0] * len(queues)
         self._dead_cursors = [0] * len(queues)
         # Per queue: sorted first seqs of claimed groups, and (count, claim, first position).
@@ -78,16 +79,26 @@ class ResultCollector:
         """
         with self._lock:
             which = range(len(self._queues)) if queue_index is None else [queue_index]
-            futures = [
-                (q, self._queues[q].fetch_outcomes(self._cursors[q], self._dead_cursors[q], wait_s))
-                for q in which
-            ]
+            futures = [(q, self._fetch(q, wait_s)) for q in which]
             n = 0
             for q, future in futures:
-                self._cursors[q], blob, self._dead_cursors[q], dead = future.result()
+                try:
+                    self._cursors[q], blob, self._dead_cursors[q], dead = future.result()
+                except Exception as e:
+                    if self._on_error is not None:
+                        self._on_error(q, e)
+                    raise
                 n += self._take_results(pickle.loads(blob))
                 n += self._take_dead(q, dead)
             return n
+
+    def _fetch(self, q: int, wait_s: float) -> Any:
+        try:
+            return self._queues[q].fetch_outcomes(self._cursors[q], self._dead_cursors[q], wait_s)
+        except Exception as e:  # Dask refuses at once a call to an actor it knows is lost
+            if self._on_error is not None:
+                self._on_error(q, e)
+            raise
 
     def outcome(self, task_id: int) -> tuple[bool, Any]:
         """``(True, value)`` or ``(True, RemoteTaskError)`` once known, else ``(False, None)``."""

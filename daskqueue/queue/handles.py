@@ -20,7 +20,7 @@ from typing import Any
 
 from distributed.actor import Actor
 
-__all__ = ["DirectActor", "direct_handles"]
+__all__ = ["DirectActor", "direct_handles", "is_lost_worker"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -67,3 +67,12 @@ def direct_handles(
         )
         return handles
     return wrapped
+
+
+def is_lost_worker(error: BaseException) -> bool:
+    """Whether ``error``, raised by an actor call, means the actor's worker is gone or
+    unreachable (Dask raises ``OSError("Unable to contact Actor's worker")`` or
+    ``RuntimeError("Worker holding Actor was lost...")``)."""
+    if isinstance(error, OSError):
+        return True
+    return isinstance(error, RuntimeError) and "Actor was lost" in str(error)

@@ -20,6 +20,7 @@ from distributed import Client
 from daskqueue import defaults
 from daskqueue.errors import (
     ConfigurationError,
+    QueueLostError,
     InvalidTaskError,
     JoinTimeoutError,
     QueueClosedError,
@@ -27,7 +28,7 @@ from daskqueue.errors import (
 from daskqueue.messages import MAX_QUEUES, QUEUE_INDEX_BITS, Kind, make_id
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.durable import DurableQueue
-from daskqueue.queue.handles import direct_handles
+from daskqueue.queue.handles import direct_handles, is_lost_worker
 from daskqueue.queue.pool_actor import QueuePoolActor
 from daskqueue.queue.transient import TransientQueue
 from daskqueue.results import MapClaim, ResultCollector
@@ -212,7 +213,7 @@ class QueuePool:
         self.queues = direct_handles(self.queues, direct=direct_to_workers)
         self._rr = itertools.count()
         self._sent_funcs: list[set[bytes]] = [set() for _ in range(n_queues)]
-        self._collector = ResultCollector(self.queues)
+        self._collector = ResultCollector(self.queues, on_error=self._raise_if_lost)
         self._closed = False
         self.submitted = 0
         logger.info("%r started", self)
@@ -472,10 +473,10 @@ class QueuePool:
             q = next(self._rr) % self.n_queues
             # A function confirmed at a queue is not sent to it again.
             extra = {d: b for d, b in funcs.items() if d not in self._sent_funcs[q]}
-            sends.append((q, groups, positions, self.queues[q].put_batch(encode_put(groups, extra))))
+            sends.append((q, groups, positions, self._call(q, "put_batch", encode_put(groups, extra))))
         ids = [0] * n
         for q, groups, positions, future in sends:
-            allocated = future.result()
+            allocated = self._answer(q, future)
             self._sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
             for (first_seq, count), pos in zip(allocated, positions):
                 if claim is not None:
@@ -489,6 +490,28 @@ class QueuePool:
                         ids[p] = make_id(q, first_seq + k)
             self.submitted += sum(g.count for g in groups)
         return ids
+
+    def _call(self, q: int, method: str, *args: Any) -> Any:
+        """Call ``method`` of queue ``q``; its future. Dask refuses a call to an actor whose
+        worker it knows to be dead right here, so that is translated too."""
+        try:
+            return getattr(self.queues[q], method)(*args)
+        except Exception as e:
+            self._raise_if_lost(q, e)
+            raise
+
+    def _answer(self, q: int, future: Any) -> Any:
+        """The result of a call to queue ``q``, with a lost worker as :class:`QueueLostError`."""
+        try:
+            return future.result()
+        except Exception as e:
+            self._raise_if_lost(q, e)
+            raise
+
+    def _raise_if_lost(self, q: int, error: BaseException) -> None:
+        """Raise :class:`QueueLostError` from ``error`` if it says queue ``q``'s worker is gone."""
+        if is_lost_worker(error):
+            raise QueueLostError(q, self.queues[q]._address, self.durability) from error
 
     def _check_open(self) -> None:
         if self._closed:
@@ -509,8 +532,8 @@ class QueuePool:
 
     def stats(self) -> list[QueueStats]:
         """A :class:`QueueStats` per queue, in queue order."""
-        futures = [q.stats() for q in self.queues]
-        return [f.result() for f in futures]
+        futures = [self._call(i, "stats") for i in range(self.n_queues)]
+        return [self._answer(i, f) for i, f in enumerate(futures)]
 
     def get_queue_size(self) -> dict[int, int]:
         """Unsettled messages (ready, delayed or leased) per queue index."""

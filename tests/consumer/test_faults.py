@@ -52,3 +52,29 @@ def test_killed_consumer_leases_are_redelivered_and_it_is_replaced(three_workers
     assert all(s.running for s in cp.stats())
     qp.close()
     cp.close()
+
+
+def test_a_lost_transient_queue_is_a_clear_error_naming_it(three_workers):
+    from daskqueue import QueueLostError
+
+    client = three_workers
+    qp = QueuePool(client, 2)
+    cp = ConsumerPool(client, qp, n_consumers=1)
+    cp.start()
+    assert qp.map(tasks.double, range(10)) == [2 * i for i in range(10)]
+    consumer_home = cp.consumers[0]._address
+    lost = next(i for i, q in enumerate(qp.queues) if q._address != consumer_home)
+    victim = qp.queues[lost]._address
+    pid = client.run(os.getpid, workers=[victim])[victim]
+    os.kill(pid, signal.SIGKILL)
+    # A call racing the death can spend Dask's connect timeout (30 s) on the dead address;
+    # once the scheduler has noticed, Dask refuses calls to the actor at once.
+    deadline = time.monotonic() + 30
+    while qp._queue_futures[lost].status == "finished" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(QueueLostError, match=f"queue {lost} was lost") as info:
+        qp.stats()
+    assert info.value.queue_index == lost and "transient" in str(info.value)
+    with pytest.raises(QueueLostError):
+        qp.map(tasks.double, range(10), timeout_s=30)
+    cp.close()
