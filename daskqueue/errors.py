@@ -6,6 +6,7 @@ One root, :class:`DaskQueueError`, then groups by who caused the error:
   :class:`SerializationError`, :class:`PayloadTooLargeError`);
 * the queue's state refuses the call (:class:`QueueClosedError`, :class:`QueueEmpty`,
   :class:`LeaseExpiredError`);
+* the queue's worker is gone (:class:`QueueLostError`);
 * waiting ran out (:class:`JoinTimeoutError`);
 * the durable store's files or disk refuse (:class:`StoreError` and its leaves);
 * user code failed on a worker (:class:`RemoteTaskError`).
