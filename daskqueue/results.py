@@ -43,14 +43,22 @@ class MapClaim:
 class ResultCollector:
     """Fetches results and dead letters from every queue of a pool. Thread-safe."""
 
-    def __init__(self, queues: list[Any], on_error: Callable[[int, BaseException], None] | None = None) -> None:
-        self._queues = queues
-        self._on_error = on_error  # may raise a clearer error for a queue's failed call
-        self._cursors = [0] * len(queues)
-        self._dead_cursors = [0] * len(queues)
+    def __init__(
+        self,
+        n_queues: int,
+        call: Callable[..., Any],
+        answer: Callable[[int, Any], Any],
+    ) -> None:
+        """``call(q, method, *args)`` calls a queue actor and returns its future;
+        ``answer(q, future)`` waits for it (the pool's, which name a lost queue)."""
+        self._n = n_queues
+        self._call = call
+        self._answer = answer
+        self._cursors = [0] * n_queues
+        self._dead_cursors = [0] * n_queues
         # Per queue: sorted first seqs of claimed groups, and (count, claim, first position).
-        self._claim_starts: list[list[int]] = [[] for _ in queues]
-        self._claims: list[list[tuple[int, MapClaim, int]]] = [[] for _ in queues]
+        self._claim_starts: list[list[int]] = [[] for _ in range(n_queues)]
+        self._claims: list[list[tuple[int, MapClaim, int]]] = [[] for _ in range(n_queues)]
         self.results: dict[int, Any] = {}
         self.failures: dict[int, RemoteTaskError] = {}
         self._lock = threading.RLock()
@@ -66,7 +74,7 @@ class ResultCollector:
     def release(self, claim: MapClaim) -> None:
         """Forget the ranges of a finished ``map``."""
         with self._lock:
-            for q in range(len(self._queues)):
+            for q in range(self._n):
                 keep = [k for k, c in enumerate(self._claims[q]) if c[1] is not claim]
                 self._claim_starts[q] = [self._claim_starts[q][k] for k in keep]
                 self._claims[q] = [self._claims[q][k] for k in keep]
@@ -78,27 +86,17 @@ class ResultCollector:
         holds the call up to ``wait_s`` until an outcome arrives (a long poll).
         """
         with self._lock:
-            which = range(len(self._queues)) if queue_index is None else [queue_index]
-            futures = [(q, self._fetch(q, wait_s)) for q in which]
+            which = range(self._n) if queue_index is None else [queue_index]
+            futures = [
+                (q, self._call(q, "fetch_outcomes", self._cursors[q], self._dead_cursors[q], wait_s))
+                for q in which
+            ]
             n = 0
             for q, future in futures:
-                try:
-                    self._cursors[q], blob, self._dead_cursors[q], dead = future.result()
-                except Exception as e:
-                    if self._on_error is not None:
-                        self._on_error(q, e)
-                    raise
+                self._cursors[q], blob, self._dead_cursors[q], dead = self._answer(q, future)
                 n += self._take_results(pickle.loads(blob))
                 n += self._take_dead(q, dead)
             return n
-
-    def _fetch(self, q: int, wait_s: float) -> Any:
-        try:
-            return self._queues[q].fetch_outcomes(self._cursors[q], self._dead_cursors[q], wait_s)
-        except Exception as e:  # Dask refuses at once a call to an actor it knows is lost
-            if self._on_error is not None:
-                self._on_error(q, e)
-            raise
 
     def outcome(self, task_id: int) -> tuple[bool, Any]:
         """``(True, value)`` or ``(True, RemoteTaskError)`` once known, else ``(False, None)``."""

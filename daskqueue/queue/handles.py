@@ -71,8 +71,10 @@ def direct_handles(
 
 def is_lost_worker(error: BaseException) -> bool:
     """Whether ``error``, raised by an actor call, means the actor's worker is gone or
-    unreachable (Dask raises ``OSError("Unable to contact Actor's worker")`` or
-    ``RuntimeError("Worker holding Actor was lost...")``)."""
+    unreachable. Dask says so with ``OSError("Unable to contact Actor's worker")`` (any comm
+    failure of the call) or ``RuntimeError("Worker holding Actor was lost...")``; an
+    ``OSError`` the actor method itself raised is passed on as it is."""
+    text = str(error)
     if isinstance(error, OSError):
-        return True
-    return isinstance(error, RuntimeError) and "Actor was lost" in str(error)
+        return "Unable to contact Actor's worker" in text
+    return isinstance(error, RuntimeError) and "Actor was lost" in text

@@ -20,10 +20,10 @@ from distributed import Client
 from daskqueue import defaults
 from daskqueue.errors import (
     ConfigurationError,
-    QueueLostError,
     InvalidTaskError,
     JoinTimeoutError,
     QueueClosedError,
+    QueueLostError,
 )
 from daskqueue.messages import MAX_QUEUES, QUEUE_INDEX_BITS, Kind, make_id
 from daskqueue.queue.base import QueueStats
@@ -213,7 +213,7 @@ class QueuePool:
         self.queues = direct_handles(self.queues, direct=direct_to_workers)
         self._rr = itertools.count()
         self._sent_funcs: list[set[bytes]] = [set() for _ in range(n_queues)]
-        self._collector = ResultCollector(self.queues, on_error=self._raise_if_lost)
+        self._collector = ResultCollector(n_queues, self._call, self._answer)
         self._closed = False
         self.submitted = 0
         logger.info("%r started", self)

@@ -183,3 +183,12 @@ def test_a_result_too_big_for_a_durable_segment_is_a_clear_failure_not_a_loss(po
     assert out[0] == b"y" * 100
     assert isinstance(out[1], RemoteTaskError)
     assert "PayloadTooLargeError" in out[1].exc_type
+
+
+def test_only_dasks_own_lost_worker_errors_count_as_a_lost_queue():
+    from daskqueue.queue.handles import is_lost_worker
+
+    assert is_lost_worker(OSError("Unable to contact Actor's worker"))
+    assert is_lost_worker(RuntimeError("Worker holding Actor was lost.  Status: error"))
+    assert not is_lost_worker(OSError(28, "No space left on device"))  # raised by the queue itself
+    assert not is_lost_worker(RuntimeError("something else"))
