@@ -20,12 +20,15 @@ from typing import Any
 
 from distributed.actor import Actor
 
-__all__ = ["DirectActor", "direct_handles", "is_lost_worker"]
+__all__ = ["DirectActor", "direct_handles", "is_lost_worker", "actor_lost", "LOST_CHECK_S"]
 
 logger = logging.getLogger("daskqueue")
 
 #: How long the probe call of a direct connection may take before the pool gives up on it.
 PROBE_TIMEOUT_S: float = 10.0
+
+#: How often a wait for a queue actor's answer checks whether the actor's worker died.
+LOST_CHECK_S: float = 1.0
 
 
 class DirectActor(Actor):
@@ -78,3 +81,11 @@ def is_lost_worker(error: BaseException) -> bool:
     if isinstance(error, OSError):
         return "Unable to contact Actor's worker" in text
     return isinstance(error, RuntimeError) and "Actor was lost" in text
+
+
+def actor_lost(handle: Any) -> bool:
+    """Whether Dask has marked the actor behind ``handle`` lost with its worker (its key's
+    future went to ``error``). False for a local actor object, which has no future."""
+    future = getattr(handle, "_future", None)
+    return future is not None and future.status == "error"
+

@@ -28,7 +28,7 @@ from daskqueue.errors import (
 from daskqueue.messages import MAX_QUEUES, QUEUE_INDEX_BITS, Kind, make_id
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.durable import DurableQueue
-from daskqueue.queue.handles import direct_handles, is_lost_worker
+from daskqueue.queue.handles import LOST_CHECK_S, actor_lost, direct_handles, is_lost_worker
 from daskqueue.queue.pool_actor import QueuePoolActor
 from daskqueue.queue.transient import TransientQueue
 from daskqueue.results import MapClaim, ResultCollector
@@ -501,12 +501,23 @@ class QueuePool:
             raise
 
     def _answer(self, q: int, future: Any) -> Any:
-        """The result of a call to queue ``q``, with a lost worker as :class:`QueueLostError`."""
-        try:
-            return future.result()
-        except Exception as e:
-            self._raise_if_lost(q, e)
-            raise
+        """The result of a call to queue ``q``, with a lost worker as :class:`QueueLostError`.
+
+        Waits in slices, checking whether Dask has marked the queue lost: in distributed
+        2026.8 a call in flight when the actor's worker dies can stay unanswered for good (its
+        retry awaits the lost key's future inside a callback that then never sets the result).
+        """
+        while True:
+            try:
+                return future.result(timeout=LOST_CHECK_S)
+            except TimeoutError as e:
+                if future.done():
+                    raise
+                if actor_lost(self.queues[q]):
+                    raise QueueLostError(q, self.queues[q]._address, self.durability) from e
+            except Exception as e:
+                self._raise_if_lost(q, e)
+                raise
 
     def _raise_if_lost(self, q: int, error: BaseException) -> None:
         """Raise :class:`QueueLostError` from ``error`` if it says queue ``q``'s worker is gone."""
