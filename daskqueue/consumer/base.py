@@ -95,7 +95,7 @@ class ConsumerBase:
     ``ConsumerPool`` creates the actors; a subclass that needs its own arguments takes them as
     keyword arguments after ``**kwargs`` and receives them through
     ``ConsumerPool(..., consumer_kwargs={...})``. Override :meth:`setup` to open resources
-    once, on the thread that will run the items.
+    once, on a run thread, before the first item.
 
     ``process_item`` returns the message's result (stored for ``ConsumerPool.results()``) or
     raises: the message is then retried with backoff and, after ``max_retries``,
@@ -158,7 +158,9 @@ class ConsumerBase:
     # -- the user's extension points ------------------------------------------------------------
 
     def setup(self) -> None:
-        """Called once, on a run thread, before the first item. Override to open resources."""
+        """Called once per consumer, on a run thread, before its first item (other run
+        threads wait for it). Override to open resources. If it raises, the items of that
+        batch fail with its error (and are retried); it is tried again with the next batch."""
 
     def process_item(self, message: Message) -> Any:
         """Process one message and return its result. Runs on the consumer's thread pool."""
