@@ -39,3 +39,47 @@ def test_bench_of_an_unknown_benchmark_names_the_choices():
         [sys.executable, "-m", "daskqueue.cli", "bench", "nope"], capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 2 and "noop" in done.stderr and "durable" in done.stderr
+
+
+class _FakeCluster:
+    """Stands in for ``LocalCluster`` and ``Client``: a context manager that starts nothing."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _PoolLosingOneResult:
+    """Stands in for ``QueuePool`` and ``ConsumerPool``; its ``map`` loses the last result."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def map(self, func, iterable, progress=False):
+        return [func(x) for x in iterable][:-1]
+
+    def start(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_demo_that_loses_a_result_exits_with_an_error(monkeypatch, capsys):
+    import distributed
+
+    import daskqueue
+    from daskqueue.cli import main
+
+    monkeypatch.setattr(distributed, "LocalCluster", _FakeCluster)
+    monkeypatch.setattr(distributed, "Client", _FakeCluster)
+    monkeypatch.setattr(daskqueue, "QueuePool", _PoolLosingOneResult)
+    monkeypatch.setattr(daskqueue, "ConsumerPool", _PoolLosingOneResult)
+    assert main(["demo", "--tasks", "10"]) == 1
+    out = capsys.readouterr()
+    assert "9 results for 10 tasks" in out.err and "tasks/s" not in out.out
