@@ -91,12 +91,15 @@ def test_one_consumer_drains_three_queues(pools):
     qp = pools.queue(3)
     cp = pools.consumer(qp, n_consumers=1)
     cp.start()
-    ids = qp.batch_submit([(tasks.double, i) for i in range(3000)], )
-    assert {split_id(i)[0] for i in qp.batch_submit([(tasks.double, 0)] * 3)} <= {0, 1, 2}
+    ids = qp.batch_submit([(tasks.double, i) for i in range(3000)])
+    # A call's messages are spread evenly over the queues, so every queue has work to drain.
+    assert Counter(split_id(i)[0] for i in ids) == {0: 1000, 1: 1000, 2: 1000}
+    assert {split_id(i)[0] for i in qp.batch_submit([(tasks.double, 0)] * 3)} == {0, 1, 2}
     cp.join(timeout=60)
     assert len(cp.results()) == 3003
-    assert all(s.pending == 0 for s in qp.stats())
-    assert Counter(split_id(i)[0] for i in ids)  # spread over queues
+    stats = qp.stats()
+    assert [s.total_acked for s in stats] == [1001, 1001, 1001]
+    assert all(s.pending == 0 for s in stats)
 
 
 def test_idle_consumers_long_poll_instead_of_spinning(pools):
