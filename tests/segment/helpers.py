@@ -58,18 +58,21 @@ async def background_done(q):
 
 
 def crash(q):
-    """Drop the queue like a killed process: close every descriptor, write and sync nothing."""
-    store = q._store
+    """Drop the queue like a killed process: release its descriptors, write and sync nothing.
+
+    The one way tests simulate a process crash of a ``DurableQueue``; the queue refuses calls
+    afterwards. Reopen the directory with a new queue to recover it.
+    """
     if q._sweeper is not None:
         q._sweeper.cancel()
+    store = q._store
     for segment in store._segments.values():
-        segment._map.close()
-        os.close(segment._fd)
+        segment.close()  # munmap + close: no msync (the page cache keeps the bytes)
     store._segments.clear()
-    os.close(store._index._fd)
-    store._index._fd = -1
+    store._index.close()  # close(2) only, no fsync
     os.close(store._lock_fd)  # the kernel drops the flock with the last descriptor
     store._lock_fd = -1
+    q._closed = True
 
 
 def index_path(dirpath):

@@ -46,6 +46,7 @@ from daskqueue.queue.core import LEASE_EXPIRED
 from daskqueue.queue.durable import DurableQueue
 from daskqueue.segment.format import INDEX_RECORD, IndexRecord, IndexType, checksum, index_name
 from daskqueue.serialize import Group, decode_delivery, encode_put, encode_settle, pack_payloads
+from tests.segment.helpers import crash
 
 T0 = 1_700_000_000.0  # the fake wall clock starts here; every step is a binary fraction
 LEASE_TIMEOUT_S = 30.0
@@ -107,20 +108,6 @@ def without_sweeper(q: DurableQueue) -> DurableQueue:
     return q
 
 
-def crash_queue(q: DurableQueue) -> None:
-    """Drop the queue like a killed process: release descriptors, write and sync nothing."""
-    if q._sweeper is not None:
-        q._sweeper.cancel()
-    store = q._store
-    for segment in store._segments.values():
-        segment.close()  # munmap + close: no msync (the page cache keeps the bytes)
-    store._segments.clear()
-    store._index.close()  # close(2) only, no fsync
-    os.close(store._lock_fd)  # the kernel drops the flock with the last descriptor
-    store._lock_fd = -1
-    q._closed = True
-
-
 def index_files(dirpath: str) -> list[str]:
     return sorted(n for n in os.listdir(dirpath) if n.endswith(".index"))
 
@@ -179,7 +166,7 @@ class DurableQueueMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             if self.q is not None:
-                crash_queue(self.q)
+                crash(self.q)
         finally:
             self.loop.close()
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -497,7 +484,7 @@ class DurableQueueMachine(RuleBasedStateMachine):
             q._sweeper = None
             self.run(q.close())
         elif how == "crash":
-            crash_queue(q)
+            crash(q)
         else:
             # Compaction renamed <g+1>.index into place; the crash came before <g> was deleted.
             (old,) = index_files(self.dir)
@@ -506,7 +493,7 @@ class DurableQueueMachine(RuleBasedStateMachine):
             self.run(q.compact())
             active = q._store.active
             self.log_tail = (active.path, active.end, active.capacity)
-            crash_queue(q)
+            crash(q)
             assert index_files(self.dir) != [old]
             with open(os.path.join(self.dir, old), "wb") as f:
                 f.write(old_bytes)
@@ -663,7 +650,7 @@ def test_recovery_deletes_segment_whose_chunk_went_dead_by_rule_6(tmp_path):
         loop.run_until_complete(q.put_batch(_put_blob([b"a" * 3000] * 4)))  # segment 1
         loop.run_until_complete(q.put_batch(_put_blob([b"b" * 3000] * 4)))  # segment 2
         assert loop.run_until_complete(q.get_batch(4, 0.0)) is not None  # all of segment 1
-        crash_queue(q)
+        crash(q)
         q = DurableQueue(0, str(tmp_path), fsync="never", max_segment_bytes=16384, max_retries=0)
         try:
             # Rule 6 with max_retries=0: the four leased messages are dead letters now, and
@@ -671,7 +658,7 @@ def test_recovery_deletes_segment_whose_chunk_went_dead_by_rule_6(tmp_path):
             assert q._core.stats().dead == 4
             assert _log_files(tmp_path) == ["00000000000000000002.log"]
         finally:
-            crash_queue(q)
+            crash(q)
     finally:
         loop.close()
 
@@ -696,5 +683,5 @@ def test_segment_of_chunk_that_went_dead_by_expiry_is_deleted(tmp_path):
         assert q._core.stats().dead == 4
         assert _log_files(tmp_path) == ["00000000000000000002.log"]
     finally:
-        crash_queue(q)
+        crash(q)
         loop.close()
