@@ -6,10 +6,12 @@ One root, :class:`DaskQueueError`, then groups by who caused the error:
   :class:`SerializationError`, :class:`PayloadTooLargeError`);
 * the queue's state refuses the call (:class:`QueueClosedError`, :class:`QueueEmpty`,
   :class:`LeaseExpiredError`);
-* the queue's worker is gone (:class:`QueueLostError`);
+* the queue's worker is gone (:class:`QueueLostError`); no consumer runs the work
+  (:class:`NoConsumersError`);
 * waiting ran out (:class:`JoinTimeoutError`);
 * the durable store's files or disk refuse (:class:`StoreError` and its leaves);
-* user code failed on a worker (:class:`RemoteTaskError`).
+* user code failed on a worker (:class:`RemoteTaskError`), or killed the process running it
+  (:class:`KilledWorkerError`, as the ``exc_type`` of a ``RemoteTaskError``).
 
 Leaves that wrap another exception set ``__cause__`` (``raise ... from e``).
 """
@@ -24,6 +26,8 @@ __all__ = [
     "PayloadTooLargeError",
     "QueueClosedError",
     "QueueLostError",
+    "NoConsumersError",
+    "KilledWorkerError",
     "QueueEmpty",
     "LeaseExpiredError",
     "JoinTimeoutError",
@@ -96,18 +100,37 @@ class QueueLostError(DaskQueueError):
     recovers them. The error from Dask is the ``__cause__``.
     """
 
-    def __init__(self, queue_index: int, address: str, durability: str) -> None:
+    def __init__(
+        self, queue_index: int, address: str, durability: str, lost_messages: int | None = None
+    ) -> None:
         if durability == "durable":
             what = "its messages are on disk: open a new QueuePool on the same dirpath to recover them"
+        elif lost_messages is not None:
+            what = (f"{lost_messages:,} of its messages (waiting, running, or done with results "
+                    "not yet fetched) are lost with it")
         else:
             what = "its transient messages and unfetched results are lost with it"
         super().__init__(f"queue {queue_index} was lost with its worker {address}; {what}")
         self.queue_index = queue_index
         self.address = address
         self.durability = durability
+        #: Transient queues: messages put there whose outcome the client never received.
+        self.lost_messages = lost_messages
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (QueueLostError, (self.queue_index, self.address, self.durability))
+        return (QueueLostError, (self.queue_index, self.address, self.durability, self.lost_messages))
+
+
+class NoConsumersError(DaskQueueError):
+    """``map`` or ``join`` would wait for work that no started consumer will ever run: no
+    ``ConsumerPool`` on this queue pool is started."""
+
+
+class KilledWorkerError(DaskQueueError):
+    """The process running a message died (``os._exit``, a segfault, the OOM killer, a
+    signal), like Dask's ``KilledWorker``. It counts as a failed attempt: the message is
+    retried, and dead-lettered after ``max_retries``; ``ConsumerPool.failures()`` then holds a
+    :class:`RemoteTaskError` whose ``exc_type`` is ``daskqueue.errors.KilledWorkerError``."""
 
 
 class QueueEmpty(DaskQueueError):

@@ -23,10 +23,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Literal
 
 from daskqueue import defaults
-from daskqueue.errors import LeaseExpiredError
+from daskqueue.errors import LeaseExpiredError, QueueLostError
 from daskqueue.messages import Kind, Message, Task, error_from_exception, make_id
 from daskqueue.serialize import Segment, decode_delivery, dumps, encode_settle, loads
 
@@ -36,6 +36,17 @@ logger = logging.getLogger("daskqueue")
 
 #: How long a consumer leaves a queue alone after a call to it failed.
 QUEUE_RETRY_S = 5.0
+
+#: The deadline of a call to a queue on another worker, beyond the call's own wait. A call
+#: to a queue whose worker died can stay unanswered for good inside Dask; the consumer
+#: abandons it at once when the pool says that worker left (``workers_lost``), and after
+#: this deadline otherwise.
+REMOTE_CALL_TIMEOUT_S = 20.0
+
+#: How long the fetch loop waits after fetching failed, before it tries again.
+FETCH_RETRY_S = 1.0
+
+Isolation = Literal["auto", "process", "thread"]
 
 
 def _bind_local(handle: Any) -> Any:
@@ -66,12 +77,14 @@ class Batch:
 
 @dataclass(slots=True, eq=False)
 class Outcome:
-    """What running a batch gave: ``done`` messages ran; failures by position; results."""
+    """What running a batch gave: ``done`` messages ran; failures by position; results
+    (as values, or already pickled in ``results_blob`` when a child process ran them)."""
 
     done: int
     errors: dict[int, bytes]
     fatal: set[int]
     results: list[Any]
+    results_blob: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +129,13 @@ class ConsumerBase:
         idle_poll_s: float = defaults.IDLE_POLL_S,
         target_batch_s: float = defaults.TARGET_BATCH_S,
         max_batch_size: int = defaults.MAX_BATCH_SIZE,
+        isolation: Isolation = "auto",
+        child_spec: bytes | None = None,
     ) -> None:
         if not queues:
             raise ValueError("a consumer needs at least one queue")
+        if isolation not in ("auto", "process", "thread"):
+            raise ValueError(f"isolation must be 'auto', 'process' or 'thread', got {isolation!r}")
         self.index = index
         n = len(queues)
         # Home queue first, then the others in turn: an idle consumer takes their work.
@@ -150,6 +167,12 @@ class ConsumerBase:
         self._refused = self._fetch_calls = 0
         self._per_item_s: float | None = None
         self._home_idle = False
+        self._isolation = isolation
+        self._child_spec = child_spec  # builds this consumer's twin in a child process
+        self._runner: Any = None  # a ProcessRunner while batches run in a child process
+        self._address: str | None = None  # this consumer's worker: the owner of its leases
+        self._dead_addresses: set[str] = set()
+        self._lost_event: asyncio.Event | None = None
 
     def __repr__(self) -> str:
         state = "running" if self._loop_task is not None else "stopped"
@@ -177,12 +200,39 @@ class ConsumerBase:
             self._executor = ThreadPoolExecutor(
                 self.max_concurrency, thread_name_prefix=f"daskqueue-consumer-{self.index}"
             )
-        self._queues = [_bind_local(q) for q in self._queues]
+        handles = self._queues
+        self._queues = [_bind_local(q) for q in handles]
+        self._address = _worker_address()
+        self._lost_event = asyncio.Event()
+        if self._runner is None and self._wants_child(handles):
+            await self._start_runner()
+        if self._runner is not None:
+            await self._runner.set_halt(False)
         loop = asyncio.get_running_loop()
         self._loop_task = loop.create_task(self._fetch_loop())
         if not self.early_ack:
             self._extender = loop.create_task(self._extend_forever())
-        logger.debug("consumer %d started", self.index)
+        logger.debug("consumer %d started (%s)", self.index, "child process" if self._runner else "threads")
+
+    def _wants_child(self, handles: list[Any]) -> bool:
+        """Whether to run batches in a child process: ``"auto"`` does when a queue lives in
+        this worker process (user code that kills its process must not take it along)."""
+        if self._child_spec is None or self._isolation == "thread":
+            return False
+        return self._isolation == "process" or any(q is not h for q, h in zip(self._queues, handles))
+
+    async def _start_runner(self) -> None:
+        from daskqueue.consumer.isolate import ProcessRunner
+
+        runner = ProcessRunner(self._child_spec, self.index)  # type: ignore[arg-type]
+        try:
+            await runner.start()
+        except Exception as e:  # threads still work: slower to lose, not wrong
+            logger.warning("consumer %d: cannot run batches in a child process (%s); running them "
+                           "on threads in the worker", self.index, e)
+            await runner.close()
+            return
+        self._runner = runner
 
     async def stop(self) -> None:
         """Stop fetching; finish the item each thread is running, release the rest, settle.
@@ -197,6 +247,8 @@ class ConsumerBase:
         # (an unsettled lease must stay alive until its settlement has been answered).
         self._stop_requested = True
         self._halt_items = not self.early_ack
+        if self._runner is not None:
+            await self._runner.set_halt(self._halt_items)
         await self._loop_task
         self._loop_task = None
         while self._finishing:
@@ -218,6 +270,9 @@ class ConsumerBase:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None
+        if self._runner is not None:
+            await self._runner.close()
+            self._runner = None
 
     async def stats(self) -> ConsumerStats:
         return ConsumerStats(
@@ -232,6 +287,45 @@ class ConsumerBase:
             fetch_calls=self._fetch_calls,
         )
 
+    # -- calls to the queues: local ones awaited directly, remote ones with a deadline ----------
+
+    async def _call(self, slot: int, method: str, *args: Any, wait_s: float = 0.0) -> Any:
+        """``method(*args)`` of the queue in ``slot``. A remote call is given up (raising
+        :class:`QueueLostError`) as soon as its worker is reported lost, or after
+        ``wait_s + REMOTE_CALL_TIMEOUT_S`` (raising ``TimeoutError``)."""
+        queue = self._queues[slot]
+        address = getattr(queue, "_address", None)
+        if address is None:  # the queue object itself, in this process
+            return await getattr(queue, method)(*args)
+        if address in self._dead_addresses:
+            raise QueueLostError(slot, address, "unknown")
+        call = asyncio.ensure_future(getattr(queue, method)(*args))
+        lost = asyncio.ensure_future(self._until_lost(address))
+        try:
+            done, _ = await asyncio.wait({call, lost}, timeout=wait_s + REMOTE_CALL_TIMEOUT_S,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+        if call in done:
+            return call.result()
+        call.cancel()
+        if lost in done:
+            raise QueueLostError(slot, address, "unknown")
+        raise TimeoutError(f"queue slot {slot} at {address} did not answer {method} in time")
+
+    async def _until_lost(self, address: str) -> None:
+        while address not in self._dead_addresses:
+            assert self._lost_event is not None
+            await self._lost_event.wait()
+
+    async def workers_lost(self, addresses: list[str]) -> None:
+        """The pool says these workers died: calls in flight to queues there are given up at
+        once, and those queues are skipped until they are reported back."""
+        self._dead_addresses.update(addresses)
+        if self._lost_event is not None:
+            self._lost_event.set()
+            self._lost_event = asyncio.Event()
+
     # -- the fetch loop (event loop) ------------------------------------------------------------
 
     async def _fetch_loop(self) -> None:
@@ -243,8 +337,8 @@ class ConsumerBase:
                 batch = None if self._stop_requested else await self._fetch()
             except Exception:
                 slots.release()
-                logger.exception("consumer %d: fetching failed; retrying in 1 s", self.index)
-                await asyncio.sleep(1.0)
+                logger.exception("consumer %d: fetching failed; retrying in %g s", self.index, FETCH_RETRY_S)
+                await asyncio.sleep(FETCH_RETRY_S)
                 continue
             if batch is None:
                 slots.release()
@@ -291,7 +385,7 @@ class ConsumerBase:
             return None
         self._fetch_calls += 1
         try:
-            blob = await self._queues[slot].get_batch(n, wait_s)
+            blob = await self._call(slot, "get_batch", n, wait_s, wait_s=wait_s)
         except Exception as e:
             if slot not in self._queue_down_until:
                 logger.warning(
@@ -308,21 +402,19 @@ class ConsumerBase:
         lease_id, queue_index, segments = decode_delivery(blob)
         missing = {s.digest for s in segments if s.digest is not None} - self._func_bytes.keys()
         if missing:
-            self._func_bytes.update(await self._queues[slot].get_functions(list(missing)))
+            self._func_bytes.update(await self._call(slot, "get_functions", list(missing)))
         return Batch(slot, queue_index, lease_id, segments, sum(s.count for s in segments))
 
     async def _run_and_settle(self, batch: Batch, slots: asyncio.Semaphore) -> None:
-        queue = self._queues[batch.queue_slot]
         try:
             if self.early_ack:
-                await self._settle(queue, batch, Outcome(batch.count, {}, set(), []), early=True)
-            loop = asyncio.get_running_loop()
-            outcome, run_s = await loop.run_in_executor(self._executor, self._run_batch_safely, batch)
+                await self._settle(batch, Outcome(batch.count, {}, set(), []), early=True)
+            outcome, run_s = await self._run(batch)
             self._adapt(outcome.done, run_s)
             if self.early_ack:
-                await self._record(queue, batch, outcome)
+                await self._record(batch, outcome)
             else:
-                await self._settle(queue, batch, outcome, early=False)
+                await self._settle(batch, outcome, early=False)
         except Exception:
             logger.exception(
                 "consumer %d: settling lease %d failed; its messages will be redelivered",
@@ -332,11 +424,19 @@ class ConsumerBase:
             del self._inflight[(batch.queue_slot, batch.lease_id)]
             slots.release()
 
-    async def _settle(self, queue: Any, batch: Batch, outcome: Outcome, *, early: bool) -> None:
+    async def _run(self, batch: Batch) -> tuple[Outcome, float]:
+        """Run ``batch`` on the thread pool, or in the child process when there is one."""
+        if self._runner is None:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, self._run_batch_safely, batch)
+        done, errors, fatal, blob, run_s = await self._runner.run(batch, self._func_bytes)
+        return Outcome(done, errors, fatal, [], blob), run_s
+
+    async def _settle(self, batch: Batch, outcome: Outcome, *, early: bool) -> None:
         results = None if early else _dump_results(outcome)
         blob = encode_settle(outcome.done, outcome.errors, outcome.fatal, results)
         try:
-            await queue.settle(batch.lease_id, blob)
+            await self._call(batch.queue_slot, "settle", batch.lease_id, blob)
         except LeaseExpiredError:
             self._refused += 1
             logger.warning(
@@ -347,7 +447,7 @@ class ConsumerBase:
         if not early:
             self._count(outcome)
 
-    async def _record(self, queue: Any, batch: Batch, outcome: Outcome) -> None:
+    async def _record(self, batch: Batch, outcome: Outcome) -> None:
         ranges = []
         left = outcome.done
         for seg in batch.segments:
@@ -355,7 +455,7 @@ class ConsumerBase:
                 break
             ranges.append((seg.first_seq, min(seg.count, left)))
             left -= seg.count
-        await queue.record_outcomes(ranges, outcome.errors, _dump_results(outcome))
+        await self._call(batch.queue_slot, "record_outcomes", ranges, outcome.errors, _dump_results(outcome))
         self._count(outcome)
 
     def _count(self, outcome: Outcome) -> None:
@@ -383,7 +483,7 @@ class ConsumerBase:
                 by_slot.setdefault(slot, []).append(lease_id)
             for slot, lease_ids in by_slot.items():
                 try:
-                    lost = await self._queues[slot].extend(lease_ids)
+                    lost = await self._call(slot, "extend", lease_ids)
                 except Exception as e:  # one queue's failure must not end the extender
                     logger.warning("consumer %d: extending leases failed: %s: %s",
                                    self.index, type(e).__name__, e)
@@ -393,10 +493,20 @@ class ConsumerBase:
 
     # -- running a batch (consumer thread) ------------------------------------------------------
 
-    def _run_batch_safely(self, batch: Batch) -> tuple[Outcome, float]:
+    def _run_batch_safely(
+        self,
+        batch: Batch,
+        *,
+        on_start: Callable[[int], None] | None = None,
+        skip: dict[int, bytes] | None = None,
+    ) -> tuple[Outcome, float]:
         """Run ``batch`` (after ``setup`` the first time); return its outcome and how long
         it ran. Never raises: a failing ``setup`` or ``run_batch`` fails every item of the
-        batch with that error, so it is retried (or dead-lettered) like any failure."""
+        batch with that error, so it is retried (or dead-lettered) like any failure.
+
+        ``on_start(position)`` is called before each item and the items in ``skip`` fail
+        with the error given there, unrun: a child process finding which item kills it
+        (``daskqueue.consumer.isolate``) runs batches so; the fast path is ``run_batch``."""
         started = time.perf_counter()
         try:
             if not self._setup_done:
@@ -404,7 +514,10 @@ class ConsumerBase:
                     if not self._setup_done:
                         self.setup()
                         self._setup_done = True
-            outcome = self.run_batch(batch)
+            if on_start is None and not skip:
+                outcome = self.run_batch(batch)
+            else:
+                outcome = self._run_items(batch, on_start, skip or {})
         except Exception as e:
             logger.exception("consumer %d: a batch of %d failed as a whole", self.index, batch.count)
             error = error_from_exception(e)
@@ -414,6 +527,10 @@ class ConsumerBase:
 
     def run_batch(self, batch: Batch) -> Outcome:
         """Run every message of ``batch`` through ``process_item``, stopping early on ``stop``."""
+        return self._run_items(batch, None, {})
+
+    def _run_items(self, batch: Batch, on_start: Callable[[int], None] | None,
+                   skip: dict[int, bytes]) -> Outcome:
         results: list[Any] = []
         errors: dict[int, bytes] = {}
         fatal: set[int] = set()
@@ -422,6 +539,13 @@ class ConsumerBase:
             for j, payload in enumerate(seg.payloads()):
                 if self._halt_items:
                     return Outcome(pos, errors, fatal, results)
+                if pos in skip:
+                    errors[pos] = skip[pos]
+                    results.append(None)
+                    pos += 1
+                    continue
+                if on_start is not None:
+                    on_start(pos)
                 try:
                     message = Message(
                         make_id(batch.queue_index, seg.first_seq + j),
@@ -457,8 +581,20 @@ class ConsumerBase:
         return func
 
 
+def _worker_address() -> str | None:
+    """The address of the worker this runs on (None off a worker)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return None
+
+
 def _dump_results(outcome: Outcome) -> bytes:
     """Pickle the results; one that cannot be pickled becomes that message's error."""
+    if outcome.results_blob is not None:
+        return outcome.results_blob
     try:
         return dumps(outcome.results)
     except Exception:

@@ -1,0 +1,260 @@
+"""Running a consumer's batches in a child process, so a task that kills its process kills
+only that process, never the worker and the queue actor that share it.
+
+A consumer whose worker also holds a queue (``isolation="auto"``, the default) runs its
+batches through a :class:`ProcessRunner`: one child process (``daskqueue.consumer.child``)
+with ``max_concurrency`` threads, fed batches through a pipe. The fetch loop, the leases and
+the settlements stay in the actor on the worker's event loop.
+
+When the child dies while batches run in it, which item killed it is unknown (the child
+reports no per-item progress on the fast path). Each of those batches is then run again,
+alone, in a fresh child that reports the start of every item: if that child dies too, the
+item it had started is the killer. It is not run again in this batch: it fails with a
+:class:`~daskqueue.errors.KilledWorkerError` error (an attempt, so the queue retries it,
+elsewhere if another consumer takes it, and dead-letters it after ``max_retries``), and the
+batch's other items run in the next child. The items that ran before a death run again
+(delivery is at-least-once); every other message of the batch gets its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from daskqueue.consumer.child import FRAME, encode_frame
+from daskqueue.messages import encode_error
+
+__all__ = ["ProcessRunner", "ChildDied", "killed_error"]
+
+logger = logging.getLogger("daskqueue")
+
+#: How long a child may take to start (import daskqueue, build the consumer twin).
+CHILD_START_TIMEOUT_S = 60.0
+
+#: How long ``close`` waits for a child to exit after its input is closed, before killing it.
+CHILD_EXIT_TIMEOUT_S = 5.0
+
+_KILLED_TYPE = "daskqueue.errors.KilledWorkerError"
+
+
+def killed_error(returncode: int | None) -> bytes:
+    """The error recorded for a message whose run killed its process."""
+    how = f"exit code {returncode}" if returncode is None or returncode >= 0 else f"signal {-returncode}"
+    text = (
+        f"the process running this message died ({how}): the task called os._exit, crashed "
+        "the interpreter, or was killed (OOM killer, a signal)"
+    )
+    return encode_error(_KILLED_TYPE, text, f"{_KILLED_TYPE}: {text}\n")
+
+
+class ChildDied(Exception):
+    """The child process ended while running a batch; ``last_started`` is the position of the
+    item it had started last (when it was reporting starts), else None."""
+
+    def __init__(self, returncode: int | None, last_started: int | None) -> None:
+        super().__init__(f"child process died with return code {returncode}")
+        self.returncode = returncode
+        self.last_started = last_started
+
+
+@dataclass(eq=False)
+class _Request:
+    future: asyncio.Future[tuple[Any, ...]]
+    last_started: int | None = None
+
+
+@dataclass(eq=False)
+class _Child:
+    proc: asyncio.subprocess.Process
+    reader: asyncio.Task[None] | None = None
+    requests: dict[int, _Request] = field(default_factory=dict)
+    sent_funcs: set[bytes] = field(default_factory=set)
+
+
+class ProcessRunner:
+    """Runs batches in a child process; restarts it when it dies. Event-loop only.
+
+    ``spec`` is the cloudpickled ``(ConsumerClass, args, kwargs)`` that builds the consumer's
+    twin in the child. ``run`` returns ``(done, errors, fatal, results_blob, run_s)``.
+    """
+
+    def __init__(self, spec: bytes, index: int) -> None:
+        self._spec = spec
+        self.index = index
+        self._child: _Child | None = None
+        self._spawning: asyncio.Lock | None = None
+        self._recovering: asyncio.Lock | None = None
+        self._ids = itertools.count()
+        self._halt = False
+        self.deaths = 0
+
+    def __repr__(self) -> str:
+        pid = None if self._child is None else self._child.proc.pid
+        return f"<ProcessRunner of consumer {self.index}: child pid {pid}, {self.deaths} deaths>"
+
+    # -- the child's lifetime -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the child now (``run`` would start it on first use)."""
+        await self._ensure()
+
+    async def _ensure(self) -> _Child:
+        if self._spawning is None:
+            self._spawning, self._recovering = asyncio.Lock(), asyncio.Lock()
+        async with self._spawning:
+            if self._child is None:
+                self._child = await asyncio.wait_for(self._spawn(), CHILD_START_TIMEOUT_S)
+            return self._child
+
+    async def _spawn(self) -> _Child:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "daskqueue.consumer.child",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )
+        child = _Child(proc)
+        try:
+            await self._send(child, ("init", self._spec))
+            reply = await self._receive(child)
+        except BaseException:
+            proc.kill()
+            raise
+        if reply is None or reply[0] != "ready":
+            await proc.wait()
+            raise RuntimeError(self._init_failure(reply, proc.returncode))
+        if self._halt:
+            await self._send(child, ("halt", True))
+        child.reader = asyncio.get_running_loop().create_task(self._read_forever(child))
+        logger.debug("consumer %d: child process %d started", self.index, proc.pid)
+        return child
+
+    @staticmethod
+    def _init_failure(reply: Any, returncode: int | None) -> str:
+        from daskqueue.messages import decode_error
+
+        if reply is not None and reply[0] == "init-failed":
+            exc_type, message, _ = decode_error(reply[1])
+            return f"the consumer cannot be built in a child process: {exc_type}: {message}"
+        return f"the child process exited while starting (return code {returncode})"
+
+    async def close(self) -> None:
+        """End the child: close its input, wait a little, kill it if it is still there."""
+        child, self._child = self._child, None
+        if child is None:
+            return
+        try:
+            child.proc.stdin.close()  # type: ignore[union-attr]
+            await asyncio.wait_for(child.proc.wait(), CHILD_EXIT_TIMEOUT_S)
+        except (asyncio.TimeoutError, OSError):
+            child.proc.kill()
+            await child.proc.wait()
+        if child.reader is not None:
+            await child.reader
+
+    async def set_halt(self, flag: bool) -> None:
+        """Make the child's run threads stop (or not) at the next item boundary."""
+        self._halt = flag
+        if self._child is not None:
+            try:
+                await self._send(self._child, ("halt", flag))
+            except (OSError, ConnectionError):
+                pass  # it died; the next child gets the flag when it starts
+
+    # -- frames -------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _send(child: _Child, obj: Any) -> None:
+        stdin = child.proc.stdin
+        assert stdin is not None
+        stdin.write(encode_frame(obj))
+        await stdin.drain()
+
+    @staticmethod
+    async def _receive(child: _Child) -> Any:
+        import pickle
+
+        stdout = child.proc.stdout
+        assert stdout is not None
+        try:
+            (size,) = FRAME.unpack(await stdout.readexactly(FRAME.size))
+            return pickle.loads(await stdout.readexactly(size))
+        except asyncio.IncompleteReadError:
+            return None
+
+    async def _read_forever(self, child: _Child) -> None:
+        """Hand each reply to its request; when the child dies, fail what it still ran."""
+        while True:
+            msg = await self._receive(child)
+            if msg is None:
+                break
+            request = child.requests.get(msg[1])
+            if request is None:
+                continue
+            if msg[0] == "started":
+                request.last_started = msg[2]
+            elif msg[0] == "done":
+                del child.requests[msg[1]]
+                if not request.future.done():
+                    request.future.set_result(msg[2:])
+        returncode = await child.proc.wait()
+        if self._child is child:
+            self._child = None
+            self.deaths += 1
+            logger.warning("consumer %d: its child process died (return code %s) with %d batches "
+                           "in it", self.index, returncode, len(child.requests))
+        for request in child.requests.values():
+            if not request.future.done():
+                request.future.set_exception(ChildDied(returncode, request.last_started))
+        child.requests.clear()
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def run(self, batch: Any, funcs: dict[bytes, bytes]) -> tuple[Any, ...]:
+        """Run ``batch`` in the child; ``funcs`` holds every function it may need, by digest."""
+        await self._ensure()
+        assert self._recovering is not None
+        if not self._recovering.locked():
+            try:
+                return await self._run_once(batch, funcs, report_starts=False, skip={})
+            except ChildDied:
+                pass
+        async with self._recovering:  # batches from a dead child are retried one at a time
+            return await self._recover(batch, funcs)
+
+    async def _recover(self, batch: Any, funcs: dict[bytes, bytes]) -> tuple[Any, ...]:
+        skip: dict[int, bytes] = {}
+        while len(skip) < batch.count:
+            try:
+                return await self._run_once(batch, funcs, report_starts=True, skip=skip)
+            except ChildDied as e:
+                killer = e.last_started
+                if killer is None:  # it died before any item started: blame the first
+                    killer = min(p for p in range(batch.count) if p not in skip)
+                logger.warning("consumer %d: the item at position %d of lease %d killed its "
+                               "process; failing it", self.index, killer, batch.lease_id)
+                skip[killer] = killed_error(e.returncode)
+        import pickle
+
+        return batch.count, skip, set(), pickle.dumps([None] * batch.count), 0.0
+
+    async def _run_once(self, batch: Any, funcs: dict[bytes, bytes], *,
+                        report_starts: bool, skip: dict[int, bytes]) -> tuple[Any, ...]:
+        child = await self._ensure()
+        needed = {d: funcs[d] for d in _digests(batch) if d not in child.sent_funcs and d in funcs}
+        request_id = next(self._ids)
+        request = child.requests[request_id] = _Request(asyncio.get_running_loop().create_future())
+        try:
+            await self._send(child, ("run", request_id, batch, needed, report_starts, skip))
+        except (OSError, ConnectionError):
+            pass  # the child is dying: its reader fails the request
+        child.sent_funcs.update(needed)
+        if child.reader is not None and child.reader.done() and not request.future.done():
+            request.future.set_exception(ChildDied(child.proc.returncode, None))  # died before
+        return await request.future
+
+
+def _digests(batch: Any) -> set[bytes]:
+    return {s.digest for s in batch.segments if s.digest is not None}
