@@ -23,14 +23,15 @@ from typing import Any, Protocol
 from distributed import Client
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from daskqueue import defaults
-
 __all__ = ["MembershipPlugin", "Membership", "membership", "TOPIC"]
 
 logger = logging.getLogger("daskqueue")
 
 #: The scheduler event topic on which the plugin publishes joins and leaves.
 TOPIC = "daskqueue-membership"
+
+#: How long ``close`` waits for the thread (a listener call it is in must finish first).
+CLOSE_TIMEOUT_S = 30.0
 
 
 class MembershipPlugin(SchedulerPlugin):
@@ -87,7 +88,7 @@ class Membership:
         self._stopped = True
         self._events.put(None)
         if threading.current_thread() is not self._thread:
-            self._thread.join(defaults.MEMBERSHIP_CLOSE_S)
+            self._thread.join(CLOSE_TIMEOUT_S)
 
     # -- the thread -------------------------------------------------------------------------
 
