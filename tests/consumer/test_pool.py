@@ -9,6 +9,7 @@ import pytest
 
 from daskqueue import ConsumerBase, JoinTimeoutError, RemoteTaskError, make_id, split_id
 from tests import tasks
+from tests.helpers import wait_until
 
 
 def test_100k_tasks_through_two_queues_and_two_consumers_each_result_once(pools):
@@ -106,9 +107,9 @@ def test_idle_consumers_long_poll_instead_of_spinning(pools):
     qp = pools.queue(2)
     cp = pools.consumer(qp, n_consumers=2, idle_poll_s=1.0)
     cp.start()
-    time.sleep(1.0)
+    wait_until(lambda: all(s.fetch_calls > 0 for s in cp.stats()))  # started: idle from now on
     before = sum(s.get_calls for s in qp.stats())
-    time.sleep(4.0)
+    time.sleep(4.0)  # the idle period whose calls are counted: the behaviour under test
     calls = sum(s.get_calls for s in qp.stats()) - before
     per_consumer_per_s = calls / 2 / 4.0
     # One long poll of the home queue plus one look at the other queue per idle second.
@@ -125,13 +126,14 @@ def test_max_concurrency_bounds_running_and_fetched_work(pools):
     cp.start()
     ids = qp.batch_submit([(tasks.concurrency_probe, 0.05) for _ in range(40)])
     most_leased = 0
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def drained_noting_most_leased():
+        nonlocal most_leased
         stats = qp.stats()[0]
         most_leased = max(most_leased, stats.leased)
-        if stats.pending == 0:
-            break
-        time.sleep(0.01)
+        return stats.pending == 0
+
+    wait_until(drained_noting_most_leased, timeout_s=30)
     cp.join(timeout=30)
     seen = cp.results()
     assert max(seen[i] for i in ids) == 2  # two ran at once, never three
@@ -144,7 +146,7 @@ def test_cancel_mid_run_then_start_again_loses_nothing_and_runs_nothing_twice(po
     cp = pools.consumer(qp, n_consumers=2, max_concurrency=2)
     cp.start()
     ids = qp.batch_submit([(tasks.logged_sleep, i, 0.002, str(log)) for i in range(1500)])
-    time.sleep(0.8)
+    wait_until(lambda: sum(s.total_acked for s in qp.stats()) > 0)
     cp.cancel()
     done_at_cancel = sum(s.total_acked for s in qp.stats())
     assert 0 < done_at_cancel < 1500
@@ -241,7 +243,7 @@ def test_cancel_with_early_ack_loses_no_fetched_task(pools):
     cp = pools.consumer(qp, n_consumers=1, early_ack=True, batch_size=50)
     ids = qp.batch_submit([(tasks.sleep_then, i, 0.01) for i in range(300)])
     cp.start()
-    time.sleep(0.6)
+    wait_until(lambda: cp.stats()[0].inflight_items > 0)
     cp.cancel()  # batches are acked already: they must run to their end, not stop midway
     cp.start()
     cp.join(timeout=60)
@@ -290,10 +292,7 @@ def test_a_consumer_whose_home_queue_is_gone_still_drains_the_others(pools):
     qp.queues[1].close().result()  # consumer 1's home queue
     cp = pools.consumer(qp, n_consumers=2, batch_size=10)
     cp.start()
-    deadline = time.monotonic() + 60
-    while qp.queues[0].stats().result().pending and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert qp.queues[0].stats().result().pending == 0
+    wait_until(lambda: qp.queues[0].stats().result().pending == 0, timeout_s=60, interval_s=0.1)
     stats = cp.stats()
     assert stats[1].items_done > 0  # it stole from queue 0 instead of failing on its home
     cp.cancel()
