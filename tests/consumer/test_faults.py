@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 from distributed import Client, LocalCluster
 
 from daskqueue import ConsumerPool, QueuePool
 from tests import tasks
+from tests.helpers import wait_until
 
 
 @pytest.fixture
@@ -35,10 +35,8 @@ def test_killed_consumer_leases_are_redelivered_and_it_is_replaced(three_workers
     victim = cp.consumers[k]._address
     on_victim = sum(c._address == victim for c in cp.consumers)
     ids = qp.batch_submit([(tasks.logged_sleep, i, 0.01, os.devnull) for i in range(600)])
-    deadline = time.monotonic() + 30
     # Kill it while it holds leased work (not between two batches).
-    while cp.stats()[k].inflight_items == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: cp.stats()[k].inflight_items > 0, timeout_s=30, interval_s=0.05)
     pid = client.run(os.getpid, workers=[victim])[victim]
     os.kill(pid, signal.SIGKILL)
 
@@ -69,9 +67,7 @@ def test_a_lost_transient_queue_is_a_clear_error_naming_it(three_workers):
     os.kill(pid, signal.SIGKILL)
     # A call racing the death can spend Dask's connect timeout (30 s) on the dead address;
     # once the scheduler has noticed, Dask refuses calls to the actor at once.
-    deadline = time.monotonic() + 30
-    while qp._queue_futures[lost].status == "finished" and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: qp._queue_futures[lost].status != "finished", timeout_s=30, interval_s=0.05)
     with pytest.raises(QueueLostError, match=f"queue {lost} was lost") as info:
         qp.stats()
     assert info.value.queue_index == lost and "transient" in str(info.value)

@@ -48,7 +48,7 @@ class LoopWatch:
 
     async def __aenter__(self) -> LoopWatch:
         self._task = asyncio.get_running_loop().create_task(self._watch())
-        await asyncio.sleep(2 * TICK_S)
+        await asyncio.sleep(2 * TICK_S)  # a tick or two: watching before the measured code runs
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -116,9 +116,9 @@ async def test_calls_made_during_a_compaction_wait_for_it_and_answer_from_its_re
     results = pickle.dumps(list(range(5)))
     generation = q._store.generation
     waiting_outcome = asyncio.ensure_future(q.fetch_outcomes(10, 0, wait_s=5.0))  # nothing new yet
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one loop turn, not a wait: the fetch is waiting before compaction
     compaction = asyncio.ensure_future(q.compact())
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one loop turn: compact() pauses the queue at its first step
     assert q._paused is not None  # the compaction thread runs; the queue is paused
 
     async def seen_after_compaction(call):
@@ -155,7 +155,7 @@ async def test_close_waits_for_a_running_compaction(tmp_path):
     q = open_queue(tmp_path)
     await build(q, n_chunks=20_000, n_results=0)
     compaction = asyncio.ensure_future(q.compact())
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one loop turn: compact() pauses the queue at its first step
     assert q._paused is not None
     await q.close()
     assert compaction.done() and compaction.exception() is None

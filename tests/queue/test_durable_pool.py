@@ -12,6 +12,7 @@ from distributed import Client, LocalCluster
 
 from daskqueue import ConfigurationError, ConsumerPool, ForeignDirectoryError, QueuePool
 from tests import tasks
+from tests.helpers import wait_until
 
 
 @pytest.fixture
@@ -101,17 +102,18 @@ def test_killed_durable_queue_worker_loses_no_acknowledged_put_and_redelivers_no
             except Exception:
                 return  # the queue's worker is gone
             k += 200
-            time.sleep(0.01)
+            time.sleep(0.01)  # the stream's pace, not a wait: puts keep coming around the kill
 
     submitter = threading.Thread(target=submit_stream)
     submitter.start()
-    time.sleep(2.0)
+    # Mid-stream: puts acknowledged, and a good many of them run and acked.
+    wait_until(lambda: sum(s.total_acked for s in qp.stats()) >= 1000, timeout_s=60, interval_s=0.05)
     acked_before = set(cp.results())  # results ride on acks: these were acked
     victim = qp.queues[0]._address  # where the scheduler put the queue (workers[0] preferred)
     pid = client.run(os.getpid, workers=[victim])[victim]
     os.kill(pid, signal.SIGKILL)
     killed_at = time.time()
-    time.sleep(0.5)
+    time.sleep(0.5)  # the stream goes on against the dead worker: part of the scenario
     stop.set()
     submitter.join(timeout=30)
     assert acknowledged and acked_before

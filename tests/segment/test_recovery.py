@@ -325,7 +325,7 @@ async def test_rule8_retried_message_keeps_attempts_and_delayed_put_keeps_its_ti
     crash(q)
     q = open_queue(tmp_path, max_retries=5)
     assert await drain(q) == {0: ("fails", 1)}  # the backoff is not kept; the attempt is
-    time.sleep(1.1)
+    time.sleep(1.1)  # the put's 1 s delay must pass: its kept not-before time is under test
     assert await drain(q) == {1: ("later", 0)}
 
 

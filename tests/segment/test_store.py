@@ -24,6 +24,7 @@ from daskqueue.errors import (
 from daskqueue.messages import Kind
 from daskqueue.segment.store import SegmentStore
 from daskqueue.serialize import Group, encode_put, pack_payloads
+from tests.helpers import wait_until_async
 from tests.segment.helpers import background_done, crash, drain, get, open_queue, put, put_blob, settle
 
 
@@ -372,7 +373,8 @@ async def test_interval_sync_still_comes_after_a_compaction_that_synced_on_its_o
         lease, _ = await get(q, 3)
         await settle(q, lease, 3)
         await background_done(q)
-    await asyncio.sleep(0.1)
+    # Everything written so far is synced: an fsync recorded below is the new put's.
+    await wait_until_async(lambda: q._store.sync_due_in() is None, timeout_s=5)
     synced = []
     real_fsync = os.fsync
 
@@ -382,6 +384,6 @@ async def test_interval_sync_still_comes_after_a_compaction_that_synced_on_its_o
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
     await put(q, ["acknowledged after the compaction"])
-    await asyncio.sleep(0.5)  # 25 intervals: FORMAT.md bounds the unsynced time to one
-    assert q._store._index._fd in synced
+    # 25 intervals of slack: FORMAT.md bounds the unsynced time to one.
+    await wait_until_async(lambda: q._store._index._fd in synced, timeout_s=0.5)
     await q.close()
