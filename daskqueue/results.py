@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from daskqueue.errors import RemoteTaskError, SerializationError
 from daskqueue.messages import decode_error, make_id
+from daskqueue.serialize import ResultRecord
 
 __all__ = ["ResultCollector", "MapClaim"]
 
@@ -115,16 +116,17 @@ class ResultCollector:
                 return claim, pos0 + (seq - starts[i])
         return None
 
-    def _take_results(self, records: list[tuple[Any, ...]]) -> int:
+    def _take_results(self, records: list[ResultRecord]) -> int:
         n = 0
-        for q, ranges, failed, blob, final_errors in records:
+        for record in records:
+            q, ranges, final_errors = record.queue, record.ranges, record.final_errors
             values: list[Any] | None = None
             error: BaseException | None = None
             try:
-                values = pickle.loads(blob)
+                values = pickle.loads(record.results)
             except Exception as e:
                 error = e
-            skip = set(failed)
+            skip = set(record.failed)
             pos = 0
             for first, count in ranges:
                 if values is not None and not (skip and any(pos + k in skip for k in range(count))):

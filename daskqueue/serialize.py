@@ -17,7 +17,7 @@ import itertools
 import pickle
 from array import array
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import cloudpickle
 
@@ -28,6 +28,7 @@ __all__ = [
     "pickle_function",
     "pack_payloads",
     "Group",
+    "ChunkMeta",
     "encode_put",
     "decode_put",
     "Segment",
@@ -35,6 +36,7 @@ __all__ = [
     "decode_delivery",
     "encode_settle",
     "decode_settle",
+    "ResultRecord",
     "dumps",
     "loads",
 ]
@@ -141,6 +143,16 @@ _fast_dumps = functools.partial(pickle.dumps, protocol=PROTOCOL)
 # -- put: client -> queue -------------------------------------------------------------------------
 
 
+class ChunkMeta(NamedTuple):
+    """What the messages of one put group share besides priority: a queue keeps one per chunk
+    and returns it with each dead letter."""
+
+    kind: int
+    digest: bytes | None
+    type: str | None
+    key: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class Group:
     """Messages of one put that share kind, function, type, priority, key and delay."""
@@ -155,8 +167,8 @@ class Group:
     offsets: bytes
     data: bytes
 
-    def meta(self) -> tuple[int, bytes | None, str | None, str | None]:
-        return (self.kind, self.digest, self.type, self.key)
+    def meta(self) -> ChunkMeta:
+        return ChunkMeta(self.kind, self.digest, self.type, self.key)
 
 
 def encode_put(groups: Iterable[Group], funcs: dict[bytes, bytes]) -> bytes:
@@ -175,9 +187,12 @@ def decode_put(blob: bytes) -> tuple[dict[bytes, bytes], list[Group]]:
 # -- delivery: queue -> consumer ------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """Consecutive messages of one delivery that come from one put group."""
+class Segment(NamedTuple):
+    """Consecutive messages of one delivery that come from one put group.
+
+    A tuple type: the queue builds them and a delivery blob pickles them as they are (one per
+    span, never one per message), so decoding needs no re-wrapping.
+    """
 
     first_seq: int
     count: int
@@ -199,13 +214,13 @@ class Segment:
         return (data[a - base : b - base] for a, b in zip(offs, itertools.islice(offs, 1, None)))
 
 
-def encode_delivery(lease_id: int, queue_index: int, segments: list[tuple[Any, ...]]) -> bytes:
+def encode_delivery(lease_id: int, queue_index: int, segments: list[Segment]) -> bytes:
     return pickle.dumps((lease_id, queue_index, segments), PROTOCOL)
 
 
 def decode_delivery(blob: bytes) -> tuple[int, int, list[Segment]]:
     lease_id, queue_index, segments = pickle.loads(blob)
-    return lease_id, queue_index, [Segment(*s) for s in segments]
+    return lease_id, queue_index, segments
 
 
 # -- settle: consumer -> queue --------------------------------------------------------------------
@@ -220,3 +235,33 @@ def encode_settle(
 def decode_settle(blob: bytes) -> tuple[int, dict[int, bytes], set[int], bytes | None]:
     done, errors, fatal, results = pickle.loads(blob)
     return done, errors, set(fatal), results
+
+
+# -- results: queue -> client ---------------------------------------------------------------------
+
+
+class ResultRecord(NamedTuple):
+    """The outcomes of one settle (or ``record_outcomes``) call, as a queue keeps them until
+    the client fetches them.
+
+    ``ranges`` are the ``(first_seq, count)`` of the messages that ran, in order (one per
+    span, never merged); ``failed`` their failed positions; ``results`` the consumer's pickled
+    list, one entry per message that ran; ``final_errors`` maps positions to errors of
+    early-acked messages (final failures), or is None.
+    """
+
+    queue: int
+    ranges: list[tuple[int, int]]
+    failed: list[int]
+    results: bytes
+    final_errors: dict[int, bytes] | None
+
+    def to_bytes(self) -> bytes:
+        """The stored form (a durable queue's RESULT log record): a plain pickled tuple."""
+        return pickle.dumps(tuple(self), PROTOCOL)
+
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview) -> ResultRecord:
+        """Read the stored form (also a pickled ``ResultRecord``, or a tuple of a
+        longer future layout: only the first fields are read)."""
+        return cls(*pickle.loads(data)[: len(cls._fields)])

@@ -8,7 +8,7 @@ import cloudpickle
 import pytest
 
 from daskqueue.errors import InvalidTaskError, PayloadTooLargeError, SerializationError
-from daskqueue.serialize import pack_payloads, pickle_function
+from daskqueue.serialize import ResultRecord, Segment, decode_delivery, encode_delivery, pack_payloads, pickle_function
 from tests import tasks
 
 
@@ -58,3 +58,27 @@ def test_pack_payloads_names_the_bad_index_and_the_too_large_one():
     with pytest.raises(PayloadTooLargeError) as info:
         pack_payloads([b"", b"x" * 2000], max_message_bytes=1000)
     assert info.value.index == 1
+
+
+def test_a_delivery_decodes_to_the_segments_the_queue_built():
+    offsets, data = pack_payloads([b"a", b"bc"], max_message_bytes=100)
+    segment = Segment(7, 2, 1, 0, None, "t", 3, "k", offsets, data)
+    lease_id, queue_index, segments = decode_delivery(encode_delivery(5, 2, [segment]))
+    assert (lease_id, queue_index, segments) == (5, 2, [segment])
+    assert type(segments[0]) is Segment
+    assert [pickle.loads(p) for p in segments[0].payloads()] == [b"a", b"bc"]
+
+
+def test_a_result_record_is_stored_as_a_plain_tuple_and_read_back_as_a_record():
+    record = ResultRecord(1, [(10, 2)], [1], pickle.dumps(["x", None]), {1: b"err"})
+    stored = record.to_bytes()
+    assert type(pickle.loads(stored)) is tuple  # the RESULT log record stores no class path
+    assert ResultRecord.from_bytes(stored) == record
+    assert type(ResultRecord.from_bytes(stored)) is ResultRecord
+
+
+def test_result_records_of_older_stores_and_of_a_longer_future_layout_are_read():
+    fields = (1, [(10, 2)], [], pickle.dumps(["x", "y"]), None)
+    assert ResultRecord.from_bytes(pickle.dumps(fields)) == ResultRecord(*fields)
+    assert ResultRecord.from_bytes(pickle.dumps(ResultRecord(*fields))) == ResultRecord(*fields)
+    assert ResultRecord.from_bytes(pickle.dumps(fields + ("a field added later",))) == ResultRecord(*fields)

@@ -24,10 +24,10 @@ from typing import Any, Callable, TypeVar
 
 from daskqueue import defaults
 from daskqueue.errors import LeaseExpiredError, PayloadTooLargeError, QueueClosedError, QueueEmpty
-from daskqueue.queue.core import Chunk, Lease, QueueCore
-from daskqueue.serialize import PROTOCOL, decode_put, decode_settle, encode_delivery
+from daskqueue.queue.core import Chunk, Lease, QueueCore, Span
+from daskqueue.serialize import PROTOCOL, ResultRecord, Segment, decode_put, decode_settle, encode_delivery
 
-__all__ = ["QueueActorBase", "QueueStats"]
+__all__ = ["QueueActorBase", "QueueStats", "ChunkPayload"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -55,6 +55,25 @@ class QueueStats:
     def pending(self) -> int:
         """Messages not yet settled (ready, delayed or leased)."""
         return self.ready + self.delayed + self.leased
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPayload:
+    """The bytes of a chunk's messages (``Chunk.payload`` in a queue actor).
+
+    ``offsets`` holds ``count + 1`` uint32 offsets into ``data``, the payloads concatenated. A
+    durable queue replaces it by ``stored_at(segment, offset)`` once its CHUNK log record is
+    written: ``segment`` is None until then.
+    """
+
+    offsets: array
+    data: bytes
+    segment: int | None = None
+    offset: int = 0
+
+    def stored_at(self, segment: int, offset: int) -> ChunkPayload:
+        """The same payload, whose CHUNK log record is at ``offset`` of log ``segment``."""
+        return ChunkPayload(self.offsets, self.data, segment, offset)
 
 
 class QueueActorBase:
@@ -85,9 +104,8 @@ class QueueActorBase:
             seed=seed,
         )
         self._funcs: dict[bytes, bytes] = {}
-        self._results: list[tuple[Any, ...]] = []  # records not yet fetched
+        self._results: list[ResultRecord] = []  # records not yet fetched
         self._results_base = 0  # cursor of self._results[0]
-        self._dead_sent = 0  # dead letters before this index were fetched
         self._closed = False
         self._get_calls = 0
         self._ready_event: asyncio.Event | None = None
@@ -239,7 +257,7 @@ class QueueActorBase:
     def _after_change(self, now: float) -> None:
         """Persist the core's journalled transitions before the call is answered."""
 
-    def _add_result(self, record: tuple[Any, ...]) -> None:
+    def _add_result(self, record: ResultRecord) -> None:
         self._results.append(record)
 
     def _drop_results(self, n: int) -> None:
@@ -279,7 +297,7 @@ class QueueActorBase:
                 offsets = array("I")
                 offsets.frombytes(g.offsets)
                 chunk = self._core.new_chunk(
-                    g.count, priority=g.priority, payload=[offsets, g.data], meta=g.meta()
+                    g.count, priority=g.priority, payload=ChunkPayload(offsets, g.data), meta=g.meta()
                 )
                 chunks.append((chunk, g.delay_s))
                 first = chunk.base_seq if first is None else first
@@ -320,7 +338,7 @@ class QueueActorBase:
             now = self._now()
             lease = self._core.get_batch(max_items, now=now)
             if lease is not None:
-                self._after_change(now)
+                self._persist_lease(lease, now)
                 self._reschedule()
                 return self._encode(lease)
             remaining = deadline - now
@@ -332,6 +350,20 @@ class QueueActorBase:
             except asyncio.TimeoutError:
                 return None
 
+    def _persist_lease(self, lease: Lease, now: float) -> None:
+        """Persist a new lease; if storage refuses, give its messages back and raise.
+
+        Released, they are ready again at once (attempts unchanged), not leased to nobody
+        until the lease expires. The journal keeps the lease and its release, in order, for
+        the next write that succeeds.
+        """
+        try:
+            self._after_change(now)
+        except BaseException:
+            self._core.settle(lease.lease_id, done=0, now=now)
+            self._notify_ready()
+            raise
+
     async def get_batch_nowait(self, max_items: int) -> bytes:
         """Like ``get_batch`` without waiting; raises :class:`QueueEmpty` if nothing is ready."""
         blob = await self.get_batch(max_items, 0.0)
@@ -340,26 +372,7 @@ class QueueActorBase:
         return blob
 
     def _encode(self, lease: Lease) -> bytes:
-        segments = []
-        for span in lease.spans:
-            offsets, data = span.chunk.payload[0], span.chunk.payload[1]
-            kind, digest, type_, key = span.chunk.meta
-            offs = offsets[span.start : span.stop + 1]
-            segments.append(
-                (
-                    span.first_seq,
-                    span.count,
-                    span.attempts,
-                    kind,
-                    digest,
-                    type_,
-                    span.chunk.priority,
-                    key,
-                    offs.tobytes(),
-                    data[offs[0] : offs[-1]],
-                )
-            )
-        return encode_delivery(lease.lease_id, self.index, segments)
+        return encode_delivery(lease.lease_id, self.index, [_segment(span) for span in lease.spans])
 
     async def settle(self, lease_id: int, blob: bytes) -> tuple[int, int, int, int]:
         """Ack/nack a lease: ``blob`` says how many ran, which failed, and their results.
@@ -381,7 +394,7 @@ class QueueActorBase:
         self._core.check_settlement(lease_id, done=done, errors=errors, fatal=fatal)
         if results is not None and done:
             ranges = _ran_ranges(lease, done)
-            self._add_result((self.index, ranges, sorted(errors), results, None))
+            self._add_result(ResultRecord(self.index, ranges, sorted(errors), results, None))
         s = self._core.settle(lease_id, done=done, errors=errors, fatal=fatal, now=now)
         self._after_change(now)
         if s.n_retried:
@@ -396,7 +409,7 @@ class QueueActorBase:
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
         self._start()
-        self._add_result((self.index, ranges, sorted(errors), results, errors))
+        self._add_result(ResultRecord(self.index, ranges, sorted(errors), results, errors))
         self._after_change(self._now())
         self._notify_outcomes()
 
@@ -418,10 +431,9 @@ class QueueActorBase:
     async def fetch_results(self, cursor: int) -> tuple[int, bytes]:
         """Records from ``cursor`` on, and the next cursor; drops the records before ``cursor``.
 
-        Each record is ``(queue_index, [(first_seq, count), ...], failed_positions, results,
-        final_errors)`` where ``results`` is the consumer's pickled list, one entry per message
-        that ran, and ``final_errors`` maps positions to errors of early-acked messages (whose
-        failures are final; late-acked failures are retried and reach ``fetch_dead`` instead).
+        The records are a pickled list of :class:`~daskqueue.serialize.ResultRecord`; its
+        ``final_errors`` are failures of early-acked messages (late-acked failures are retried
+        and reach ``fetch_dead`` instead).
         """
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
@@ -492,6 +504,16 @@ class QueueActorBase:
             self._sweeper = None
         await self._unpaused()  # a compaction run by compact() still owns the storage
         self._close_storage()
+
+
+def _segment(span: Span) -> Segment:
+    """The delivery segment of a leased span: its offsets and its slice of the payloads."""
+    payload, meta = span.chunk.payload, span.chunk.meta
+    offs = payload.offsets[span.start : span.stop + 1]
+    return Segment(
+        span.first_seq, span.count, span.attempts, meta.kind, meta.digest, meta.type,
+        span.chunk.priority, meta.key, offs.tobytes(), payload.data[offs[0] : offs[-1]],
+    )
 
 
 def _ran_ranges(lease: Lease, done: int) -> list[tuple[int, int]]:

@@ -28,11 +28,12 @@ import itertools
 import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from daskqueue.queue.backoff import compute_backoff
+from daskqueue.segment.format import IndexType
 
-__all__ = ["Chunk", "Span", "Lease", "DeadLetter", "QueueCore", "CoreStats", "LEASE_EXPIRED"]
+__all__ = ["Chunk", "Span", "Lease", "DeadLetter", "JournalEntry", "QueueCore", "CoreStats", "LEASE_EXPIRED"]
 
 #: The error recorded for a message whose lease ran out.
 LEASE_EXPIRED = b"daskqueue.LeaseExpired\x00the lease expired before the message was settled\x00"
@@ -101,11 +102,23 @@ class DeadLetter:
     error: bytes
 
 
+class JournalEntry(NamedTuple):
+    """One journalled transition of a span; ``kind`` is the index record that persists it.
+
+    LEASE, RELEASE and ACK carry the span; RETRY also the ``time`` it is due again; DEAD also
+    the ``error`` (its span's ``attempts`` count the failed run).
+    """
+
+    kind: IndexType
+    span: Span
+    time: float = 0.0
+    error: bytes = b""
+
+
 @dataclass(frozen=True, slots=True)
 class Settlement:
-    """What ``settle`` did: the acked spans (in lease order) and the counts per outcome."""
+    """What ``settle`` did: the number of messages per outcome."""
 
-    acked: list[Span]
     n_acked: int
     n_retried: int
     n_dead: int
@@ -119,7 +132,6 @@ class CoreStats:
     ready: int
     delayed: int
     leased: int
-    leases: int
     dead: int
     total_put: int
     total_acked: int
@@ -185,11 +197,11 @@ class QueueCore:
         self._deadlines: list[tuple[float, int]] = []  # heap of (deadline, lease_id), lazy
         self.dead: list[DeadLetter] = []
         self._n = _Counters()
-        #: When a list, every transition is appended to it as a tuple (see ``_log``), for a
-        #: durable shell to persist; None (the default) records nothing.
-        self.journal: list[tuple[Any, ...]] | None = None
+        #: When a list, every transition is appended to it as a :class:`JournalEntry`, in
+        #: order, for a durable shell to persist; None (the default) records nothing.
+        self.journal: list[JournalEntry] | None = None
 
-    def _log(self, *entry: Any) -> None:
+    def _log(self, entry: JournalEntry) -> None:
         if self.journal is not None:
             self.journal.append(entry)
 
@@ -251,7 +263,7 @@ class QueueCore:
                     dq.appendleft(rest)
                 spans.append(span)
                 want -= span.count
-                self._log("lease", span)
+                self._log(JournalEntry(IndexType.LEASE, span))
             if not dq:
                 del self._ready[prio]
                 self._priorities.pop(0)
@@ -329,13 +341,13 @@ class QueueCore:
         for span in reversed(released):
             self._push_ready(span, front=True)
         for span in released:
-            self._log("release", span)
+            self._log(JournalEntry(IndexType.RELEASE, span))
         for span in acked:
-            self._log("ack", span)
+            self._log(JournalEntry(IndexType.ACK, span))
         n_released = sum(s.count for s in released)
         n_acked = done - n_retried - n_dead
         self._n.total_acked += n_acked
-        return Settlement(acked, n_acked, n_retried, n_dead, n_released)
+        return Settlement(n_acked, n_retried, n_dead, n_released)
 
     def _settle_ran(
         self,
@@ -370,14 +382,14 @@ class QueueCore:
         if fatal or attempts > self.max_retries:
             for i in range(span.start, span.stop):
                 self.dead.append(DeadLetter(span.chunk.base_seq + i, span.chunk, i, attempts, error))
-            self._log("dead", Span(span.chunk, span.start, span.stop, attempts), error)
+            self._log(JournalEntry(IndexType.DEAD, Span(span.chunk, span.start, span.stop, attempts), error=error))
             return True
         base_s, max_s, jitter = self._backoff
         delay = compute_backoff(attempts, base_s=base_s, max_s=max_s, jitter=jitter, rng=self._rng)
         self._n.total_retried += span.count
         retried = Span(span.chunk, span.start, span.stop, attempts)
         self._delay(retried, now + delay)
-        self._log("retry", retried, now + delay)
+        self._log(JournalEntry(IndexType.RETRY, retried, time=now + delay))
         return False
 
     # -- leases ---------------------------------------------------------------------------
@@ -495,7 +507,6 @@ class QueueCore:
             ready=n.ready,
             delayed=n.delayed,
             leased=n.leased,
-            leases=len(self._leases),
             dead=len(self.dead),
             total_put=n.total_put,
             total_acked=n.total_acked,

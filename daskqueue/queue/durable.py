@@ -12,12 +12,12 @@ from typing import Any
 from daskqueue import defaults
 from daskqueue.errors import PayloadTooLargeError, QueueClosedError, StoreError
 from daskqueue.messages import error_from_exception
-from daskqueue.queue.base import QueueActorBase
-from daskqueue.queue.core import LEASE_EXPIRED, Chunk, Span
+from daskqueue.queue.base import ChunkPayload, QueueActorBase
+from daskqueue.queue.core import LEASE_EXPIRED, Chunk, JournalEntry, Span
 from daskqueue.segment.format import PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType
 from daskqueue.segment.recovery import Recovered, replay
 from daskqueue.segment.store import FsyncPolicy, SegmentStore
-from daskqueue.serialize import PROTOCOL, Group
+from daskqueue.serialize import PROTOCOL, ChunkMeta, Group, ResultRecord
 
 __all__ = ["DurableQueue"]
 
@@ -36,6 +36,19 @@ class DurableQueue(QueueActorBase):
     by the rules of ``daskqueue/segment/FORMAT.md``; ``recovery_report()`` says what recovery
     found. ``fsync`` is ``"always"``, ``"interval"`` (default, every ``fsync_interval_s``) or
     ``"never"``; a process crash loses nothing acknowledged under any of them.
+
+    When storage fails (a :class:`StoreError`: a full disk, an I/O error), the call raises.
+    A ``put_batch`` or ``get_batch`` that raised changed nothing (the lease it made is given
+    back). A ``settle`` that raised either changed nothing (its results could not be stored:
+    the lease is still held) or took effect in the queue but is not yet on disk: then the
+    lease is gone (settling it again raises :class:`LeaseExpiredError`), its results wait
+    for ``fetch_results`` and its messages are not delivered again. Its records stay pending
+    and go out, before anything newer, with the next write that succeeds: once any later
+    call has succeeded, it is as durable as that call. If the queue dies first (or its store
+    refuses every write after an I/O error it cannot undo, see FORMAT.md), the reopened
+    queue delivers those messages again, one attempt counted, and their results are gone:
+    run twice, never lost. A lease expiry the sweeper cannot persist is logged and pending
+    the same way.
 
     Same actor methods as :class:`TransientQueue`, plus ``recovery_report()``,
     ``disk_usage()`` and ``compact()``. Recovery runs in ``__init__``, on a worker thread, off
@@ -76,6 +89,7 @@ class DurableQueue(QueueActorBase):
         self._chunk_live: dict[int, list[int]] = {}  # base_seq -> [segment, unsettled count]
         self._dead_errors: dict[int, tuple[int, int]] = {}  # seq -> error record location
         self._pending: list[IndexRecord] = []  # index records to go out with the next append
+        self._unpins: list[int] = []  # segments to unpin once self._pending is in the index
         self._compaction_due = False  # the sweeper compacts when it next wakes
         try:
             recovered = replay(self._store.take_records(), self._store.read_log, self._store.report)
@@ -103,8 +117,8 @@ class DurableQueue(QueueActorBase):
         fixes: list[IndexRecord] = []
         for rc in rec.chunks:
             h = rc.header
-            chunk = Chunk(h.base_seq, h.count, h.priority, [rc.offsets, rc.data, rc.segment, rc.offset],
-                          (h.kind, h.digest, h.type, h.key))
+            payload = ChunkPayload(rc.offsets, rc.data, rc.segment, rc.offset)
+            chunk = Chunk(h.base_seq, h.count, h.priority, payload, ChunkMeta(h.kind, h.digest, h.type, h.key))
             self._core.restore(chunk, rc.spans, now=now, not_before=h.not_before or None)
             live = sum(stop - start for start, stop, _ in rc.spans)
             for start, stop, attempts in rc.crashed_leases:
@@ -121,18 +135,8 @@ class DurableQueue(QueueActorBase):
         for digest, (data, seg, off) in rec.funcs.items():
             self._funcs[digest] = data
             self._func_refs[digest] = (seg, off)
-        expected = rec.results[0][0] if rec.results else rec.next_result
-        self._results_base = expected
-        for number, blob, seg, _ in rec.results:
-            while expected < number:  # a record lost to corruption: keep the numbering
-                self._results.append((self.index, [], [], pickle.dumps([]), None))
-                self._result_refs.append(0)
-                expected += 1
-            self._results.append(pickle.loads(blob))
-            self._result_refs.append(seg)
-            expected += 1
+        self._restore_results(rec)
         self._core.advance_seq(rec.next_seq)
-        self._next_result = max(rec.next_result, expected)
         for seg in list(self._func_refs.values()) + list(self._dead_errors.values()):
             pins[seg[0]] = pins.get(seg[0], 0) + 1
         for seg in self._result_refs:
@@ -141,9 +145,24 @@ class DurableQueue(QueueActorBase):
         self._store.reset_pins(pins)
         # Persist what rule 6 decided, so a second crash does not count the attempt twice.
         self._core.journal = []
-        self._store.append_index(fixes)
+        self._write_index(fixes)
         self._after_change(now)
         self._store.sync()
+
+    def _restore_results(self, rec: Recovered) -> None:
+        """The unfetched result records, numbered as before; one lost to corruption is an
+        empty record, so the numbering (the client's cursor) stays."""
+        expected = rec.results[0][0] if rec.results else rec.next_result
+        self._results_base = expected
+        for number, blob, seg, _ in rec.results:
+            while expected < number:
+                self._results.append(ResultRecord(self.index, [], [], pickle.dumps([]), None))
+                self._result_refs.append(0)
+                expected += 1
+            self._results.append(ResultRecord.from_bytes(blob))  # also a plain tuple (older stores)
+            self._result_refs.append(seg)
+            expected += 1
+        self._next_result = max(rec.next_result, expected)
 
     def _restore_crashed(self, chunk: Chunk, start: int, stop: int, attempts: int, now: float) -> IndexRecord:
         """Rule 6: a span leased at the crash is ready again with one more attempt, or dead."""
@@ -193,75 +212,98 @@ class DurableQueue(QueueActorBase):
             self._func_refs[digest] = (seg, off)
             self._store.pin(seg)
         for chunk, delay_s in chunks:
-            offsets, data = chunk.payload
-            kind, digest, type_, key = chunk.meta
+            payload, meta = chunk.payload, chunk.meta
             not_before = now + delay_s if delay_s > 0 else 0.0
-            header = ChunkHeader(chunk.base_seq, chunk.count, chunk.priority, kind, digest, type_, key, not_before)
-            seg, off = self._store.append_log(LogType.CHUNK, header.to_bytes(), offsets.tobytes(), data)
-            chunk.payload.extend((seg, off))
+            header = ChunkHeader(chunk.base_seq, chunk.count, chunk.priority, *meta, not_before)
+            seg, off = self._store.append_log(LogType.CHUNK, header.to_bytes(), payload.offsets.tobytes(), payload.data)
+            chunk.payload = payload.stored_at(seg, off)
             records.append(IndexRecord(IndexType.CHUNK, chunk.base_seq, chunk.count, 0, seg, off))
-        self._store.append_index(records)  # the put counts from here: a crash before it loses it
+        self._write_index(records)  # the put counts from here: a crash before it loses it
         for chunk, _ in chunks:
-            seg = chunk.payload[2]
+            seg = chunk.payload.segment
             self._chunk_live[chunk.base_seq] = [seg, chunk.count]
             self._store.pin(seg)
         self._commit()
 
     def _after_change(self, now: float) -> None:
-        journal = self._core.journal
-        if not journal and not self._pending:
+        """Persist the journal (after the records already pending), then commit.
+
+        If storage refuses, the call that caused the change raises and everything not written
+        stays pending, in order, for the next write that succeeds (see the class docstring).
+        """
+        if not self._core.journal and not self._pending:
             return
-        self._core.journal = []
-        records, self._pending = self._pending, []
-        for entry in journal:
-            kind, span = entry[0], entry[1]
-            first, count = span.first_seq, span.count
-            if kind == "lease":
-                records.append(IndexRecord(IndexType.LEASE, first, count, span.attempts))
-            elif kind == "ack":
-                records.append(IndexRecord(IndexType.ACK, first, count, span.attempts))
-                self._settled(span)
-            elif kind == "release":
-                records.append(IndexRecord(IndexType.RELEASE, first, count, span.attempts))
-            elif kind == "retry":
-                records.append(IndexRecord(IndexType.RETRY, first, count, span.attempts, time=entry[2]))
-            elif kind == "dead":
-                seg, off = self._store.append_log(LogType.ERROR, entry[2])
-                records.append(IndexRecord(IndexType.DEAD, first, count, span.attempts, seg, off))
-                for seq in range(first, first + count):
-                    self._dead_errors[seq] = (seg, off)
-                    self._store.pin(seg)
-                self._settled(span)
-        self._store.append_index(records)
+        self._take_journal()
+        self._write_index()
         self._commit()
         if not self._compaction_due and self._store.needs_compaction():
             # Compacting takes time in proportion to the live state: never inline in a call.
             self._compaction_due = True
             self._wake_sweeper()
 
+    def _take_journal(self) -> None:
+        """Turn the core's journal into pending index records, each entry exactly once: an
+        entry leaves the journal only once its record (and a DEAD's error log record) exist."""
+        journal = self._core.journal
+        taken = 0
+        try:
+            for entry in journal:
+                self._pending.append(self._index_record(entry))
+                taken += 1
+        finally:
+            del journal[:taken]
+
+    def _index_record(self, entry: JournalEntry) -> IndexRecord:
+        """The index record of a journal entry; a DEAD's error goes to the log first."""
+        span = entry.span
+        seg = off = 0
+        if entry.kind == IndexType.DEAD:
+            seg, off = self._store.append_log(LogType.ERROR, entry.error)
+            for seq in range(span.first_seq, span.first_seq + span.count):
+                self._dead_errors[seq] = (seg, off)
+                self._store.pin(seg)
+        if entry.kind in (IndexType.ACK, IndexType.DEAD):
+            self._settled(span)
+        return IndexRecord(entry.kind, span.first_seq, span.count, span.attempts, seg, off, entry.time)
+
+    def _write_index(self, records: list[IndexRecord] | None = None) -> None:
+        """Append the pending records, then ``records``, in one write; then unpin what they
+        settled. On a :class:`StoreError` nothing changes: the pending records stay pending
+        (a later write puts them first) and ``records`` are not written."""
+        batch = self._pending + records if records else self._pending
+        if not batch:
+            return
+        self._store.append_index(batch)
+        self._pending = []
+        unpins, self._unpins = self._unpins, []
+        for seg in unpins:
+            self._store.unpin(seg)
+
     def _commit(self) -> None:
         if self._store.commit():  # a new interval sync is pending: the sweeper must plan it
             self._wake_sweeper()
 
     def _settled(self, span: Span) -> None:
+        """Count ``span`` settled; its chunk's segment is unpinned once the chunk's last live
+        message is, and the record saying so is in the index (``_write_index``)."""
         entry = self._chunk_live.get(span.chunk.base_seq)
         if entry is None:
             return
         entry[1] -= span.count
         if entry[1] <= 0:
             del self._chunk_live[span.chunk.base_seq]
-            self._store.unpin(entry[0])
+            self._unpins.append(entry[0])
 
-    def _add_result(self, record: tuple[Any, ...]) -> None:
-        data = pickle.dumps(record, PROTOCOL)
+    def _add_result(self, record: ResultRecord) -> None:
+        data = record.to_bytes()
         if len(data) > self._store.max_record_body:
             # A batch's results can outgrow a log segment: store them in pieces.
             for piece in split_result_record(record, self._store.max_record_body):
-                self._add_result_record(piece, pickle.dumps(piece, PROTOCOL))
+                self._add_result_record(piece, piece.to_bytes())
         else:
             self._add_result_record(record, data)
 
-    def _add_result_record(self, record: tuple[Any, ...], data: bytes) -> None:
+    def _add_result_record(self, record: ResultRecord, data: bytes) -> None:
         number = self._results_base + len(self._results)
         seg, off = self._store.append_log(LogType.RESULT, data)
         # Written with the ACKs in one append, before them: a torn write keeps the results
@@ -272,12 +314,12 @@ class DurableQueue(QueueActorBase):
         self._result_refs.append(seg)
 
     def _drop_results(self, n: int) -> None:
-        for seg in self._result_refs[:n]:
-            if seg:
-                self._store.unpin(seg)
+        # Unpinned once the drop is in the index, after any RESULT records still pending.
+        self._unpins.extend(seg for seg in self._result_refs[:n] if seg)
         del self._result_refs[:n]
         super()._drop_results(n)
-        self._store.append_index([IndexRecord(IndexType.RESULT_DROP, self._results_base)])
+        self._pending.append(IndexRecord(IndexType.RESULT_DROP, self._results_base))
+        self._write_index()
         self._commit()
 
     def _housekeeping_due_in(self) -> float | None:
@@ -314,13 +356,18 @@ class DurableQueue(QueueActorBase):
         Runs on its own thread, through ``_run_paused`` only: nothing else touches the queue
         meanwhile. The queue's references and the store's pins change only once the new index
         is in place: a compaction that fails (a full disk) leaves both as they were, and the
-        copies it appended are bytes no index names.
+        copies it appended are bytes no index names. Records still pending are appended to
+        the old index first (the new one is written from the state they describe).
 
         It keeps records encoded and groups spans by sorting, not in new containers: few
         long-lived objects, so it does not set off a full garbage collection, which holds
         the GIL (and the event loop) for a pass over the whole heap.
         """
         store = self._store
+        # What the journal and pending records say is in the queue's state, which the new
+        # index is written from: write them first, or a later append would repeat them.
+        self._take_journal()
+        self._write_index()
         next_result = self._results_base + len(self._results)
         records = [IndexRecord(IndexType.WATERMARK, self._core.next_seq, 0, 0, 0, next_result).to_bytes()]
         pins: dict[int, int] = {}
@@ -355,7 +402,7 @@ class DurableQueue(QueueActorBase):
             if span.chunk is not chunk:
                 self._end_chunk(records, chunk, cursor)
                 chunk, cursor = span.chunk, 0
-                _, _, seg, off = chunk.payload
+                seg, off = chunk.payload.segment, chunk.payload.offset
                 records.append(IndexRecord(IndexType.CHUNK, chunk.base_seq, chunk.count, 0, seg, off).to_bytes())
                 pins[seg] = pins.get(seg, 0) + 1
             if span.start > cursor:
@@ -387,7 +434,7 @@ class DurableQueue(QueueActorBase):
     def _copy_results(self, records: list[bytes], pins: dict[int, int]) -> list[int]:
         refs = []
         for k, record in enumerate(self._results):
-            seg, off = self._store.append_log(LogType.RESULT, pickle.dumps(record, PROTOCOL))
+            seg, off = self._store.append_log(LogType.RESULT, record.to_bytes())
             records.append(IndexRecord(IndexType.RESULT, self._results_base + k, 0, 0, seg, off).to_bytes())
             refs.append(seg)
             pins[seg] = pins.get(seg, 0) + 1
@@ -430,23 +477,22 @@ class DurableQueue(QueueActorBase):
         self._compaction_due = False
 
 
-def split_result_record(record: tuple[Any, ...], limit: int) -> list[tuple[Any, ...]]:
-    """Split a result record ``(queue, ranges, failed, results_blob, final_errors)`` into
-    records that each pickle to at most ``limit`` bytes, keeping their messages in order.
+def split_result_record(record: ResultRecord, limit: int) -> list[ResultRecord]:
+    """Split a result record into records whose stored form (``to_bytes``) is at most
+    ``limit`` bytes each, keeping their messages in order.
 
     A single message whose result alone is too big becomes a final failure of that message
     (a :class:`PayloadTooLargeError` the client reports): it ran and is acked, but its result
     cannot be kept.
     """
-    queue, ranges, failed, blob, final_errors = record
-    values = pickle.loads(blob)
-    failed_set, final_errors = set(failed), dict(final_errors or {})
+    values = pickle.loads(record.results)
+    failed_set, final_errors = set(record.failed), dict(record.final_errors or {})
     # Each message's seq and the range it came from: ranges are never merged, even when
     # consecutive (the client maps each range to one put group).
-    seqs = [(first + k, r) for r, (first, count) in enumerate(ranges) for k in range(count)]
-    out: list[tuple[Any, ...]] = []
+    seqs = [(first + k, r) for r, (first, count) in enumerate(record.ranges) for k in range(count)]
+    out: list[ResultRecord] = []
 
-    def piece(lo: int, hi: int) -> tuple[Any, ...]:
+    def piece(lo: int, hi: int) -> ResultRecord:
         runs: list[tuple[int, int]] = []
         last = None
         for seq, r in seqs[lo:hi]:
@@ -457,11 +503,11 @@ def split_result_record(record: tuple[Any, ...], limit: int) -> list[tuple[Any, 
                 last = r
         fails = [p - lo for p in range(lo, hi) if p in failed_set]
         finals = {p - lo: final_errors[p] for p in range(lo, hi) if p in final_errors}
-        return (queue, runs, fails, pickle.dumps(values[lo:hi], PROTOCOL), finals or None)
+        return ResultRecord(record.queue, runs, fails, pickle.dumps(values[lo:hi], PROTOCOL), finals or None)
 
     def emit(lo: int, hi: int) -> None:
         rec = piece(lo, hi)
-        if len(pickle.dumps(rec, PROTOCOL)) <= limit:
+        if len(rec.to_bytes()) <= limit:
             out.append(rec)
         elif hi - lo > 1:
             mid = (lo + hi) // 2
@@ -470,7 +516,7 @@ def split_result_record(record: tuple[Any, ...], limit: int) -> list[tuple[Any, 
         else:
             size = len(pickle.dumps(values[lo], PROTOCOL))
             error = error_from_exception(PayloadTooLargeError(size, limit))
-            out.append((queue, [(seqs[lo][0], 1)], [0], pickle.dumps([None], PROTOCOL), {0: error}))
+            out.append(ResultRecord(record.queue, [(seqs[lo][0], 1)], [0], pickle.dumps([None], PROTOCOL), {0: error}))
 
     emit(0, len(seqs))
     return out

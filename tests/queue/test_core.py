@@ -13,6 +13,7 @@ import math
 import pytest
 
 from daskqueue.queue.core import LEASE_EXPIRED, Chunk, QueueCore
+from daskqueue.segment.format import IndexType
 
 LEASE_TIMEOUT_S = 10.0
 MAX_RETRIES = 2
@@ -87,6 +88,14 @@ def span_seqs(spans) -> list[int]:
     return [s.chunk.base_seq + i for s in spans for i in range(s.start, s.stop)]
 
 
+def settle_acking(core, lease_id, **kwargs):
+    """``core.settle(...)`` and the seqs its journal's ACK entries name, in order."""
+    core.core.journal = []
+    result = core.settle(lease_id, **kwargs)
+    entries, core.core.journal = core.journal, None
+    return result, span_seqs([e.span for e in entries if e.kind == IndexType.ACK])
+
+
 # -- put and get --------------------------------------------------------------------------------
 
 
@@ -122,7 +131,7 @@ def test_allocated_but_unput_chunk_is_not_delivered(core):
 
 def test_get_batch_on_an_empty_queue_returns_none(core):
     assert core.get_batch(10, now=0.0) is None
-    assert core.stats().leases == 0
+    assert core.stats().leased == 0
 
 
 @pytest.mark.parametrize("max_items", [0, -1])
@@ -341,7 +350,7 @@ def test_settle_with_every_message_done_acks_them_all(core):
     result = core.settle(lease.lease_id, done=3, now=1.0)
     assert (result.n_acked, result.n_retried, result.n_dead, result.n_released) == (3, 0, 0, 0)
     s = core.stats()
-    assert (s.leased, s.leases, s.total_acked, s.pending) == (0, 0, 3, 0)
+    assert (s.leased, s.total_acked, s.pending) == (0, 3, 0)
 
 
 def test_settle_ends_the_lease(core):
@@ -351,12 +360,12 @@ def test_settle_ends_the_lease(core):
     assert core.lease(lease.lease_id) is None
 
 
-def test_settle_returns_the_acked_spans_in_lease_order(core):
+def test_settle_journals_the_acked_spans_in_lease_order(core):
     a = put(core, 2)
     b = put(core, 2)
     lease = core.get_batch(4, now=0.0)
-    result = core.settle(lease.lease_id, done=4, now=0.0)
-    assert span_seqs(result.acked) == a + b
+    _, acked = settle_acking(core, lease.lease_id, done=4, now=0.0)
+    assert acked == a + b
 
 
 def test_acked_messages_are_never_delivered_again(core):
@@ -371,17 +380,17 @@ def test_acked_messages_are_never_delivered_again(core):
 def test_settle_with_nothing_done_releases_every_message(core):
     expected = put(core, 3)
     lease = core.get_batch(3, now=0.0)
-    result = core.settle(lease.lease_id, done=0, now=0.0)
-    assert (result.n_acked, result.n_released, result.acked) == (0, 3, [])
+    result, acked = settle_acking(core, lease.lease_id, done=0, now=0.0)
+    assert (result.n_acked, result.n_released, acked) == (0, 3, [])
     assert seqs(core.get_batch(10, now=0.0)) == expected
 
 
 def test_partial_done_acks_the_messages_that_ran(core):
     put(core, 5)
     lease = core.get_batch(5, now=0.0)
-    result = core.settle(lease.lease_id, done=2, now=0.0)
+    result, acked = settle_acking(core, lease.lease_id, done=2, now=0.0)
     assert (result.n_acked, result.n_released) == (2, 3)
-    assert span_seqs(result.acked) == [0, 1]
+    assert acked == [0, 1]
     assert core.stats().total_acked == 2
 
 
@@ -451,17 +460,17 @@ def test_nacked_message_is_redelivered_after_backoff(core):
 def test_other_messages_of_a_lease_with_a_failure_are_acked(core):
     put(core, 4)
     lease = core.get_batch(4, now=0.0)
-    result = core.settle(lease.lease_id, done=4, errors={0: b"e", 2: b"e"}, now=0.0)
+    result, acked = settle_acking(core, lease.lease_id, done=4, errors={0: b"e", 2: b"e"}, now=0.0)
     assert (result.n_acked, result.n_retried) == (2, 2)
-    assert span_seqs(result.acked) == [1, 3]
+    assert acked == [1, 3]
 
 
 def test_failures_before_a_partial_done_are_retried_and_the_rest_released(core):
     put(core, 5)
     lease = core.get_batch(5, now=0.0)
-    result = core.settle(lease.lease_id, done=3, errors={1: b"e"}, now=0.0)
+    result, acked = settle_acking(core, lease.lease_id, done=3, errors={1: b"e"}, now=0.0)
     assert (result.n_acked, result.n_retried, result.n_dead, result.n_released) == (2, 1, 0, 2)
-    assert span_seqs(result.acked) == [0, 2]
+    assert acked == [0, 2]
     assert seqs(core.get_batch(10, now=0.0)) == [3, 4]
 
 
@@ -688,7 +697,7 @@ def test_expiry_counts_total_expired_and_total_retried(core):
     core.get_batch(3, now=0.0)
     core.expire(now=LEASE_TIMEOUT_S)
     s = core.stats()
-    assert (s.total_expired, s.total_retried, s.delayed, s.leased, s.leases) == (3, 3, 3, 0, 0)
+    assert (s.total_expired, s.total_retried, s.delayed, s.leased) == (3, 3, 3, 0)
 
 
 def test_repeatedly_expired_message_is_dead_lettered_with_lease_expired(core):
@@ -853,7 +862,7 @@ def test_next_wakeup_includes_a_pending_retry(core):
 
 def test_stats_of_a_new_queue_are_all_zero(core):
     s = core.stats()
-    assert (s.ready, s.delayed, s.leased, s.leases, s.dead, s.pending) == (0, 0, 0, 0, 0, 0)
+    assert (s.ready, s.delayed, s.leased, s.dead, s.pending) == (0, 0, 0, 0, 0)
     assert (s.total_put, s.total_acked, s.total_retried, s.total_expired) == (0, 0, 0, 0)
 
 
@@ -863,7 +872,7 @@ def test_stats_count_messages_in_each_state(core):
     core.get_batch(3, now=0.0)
     core.get_batch(2, now=0.0)
     s = core.stats()
-    assert (s.ready, s.delayed, s.leased, s.leases, s.pending) == (5, 4, 5, 2, 14)
+    assert (s.ready, s.delayed, s.leased, s.pending) == (5, 4, 5, 14)
 
 
 def test_stats_count_lifetime_totals(core):
@@ -889,9 +898,14 @@ def test_stats_are_a_frozen_snapshot(core):
 
 
 def journal_of(core) -> list[tuple]:
-    """The journal so far as ``(kind, first seq, count, attempts, *extra)``; then clear it."""
+    """The journal so far as ``(kind, first seq, count, attempts)`` plus the time of a RETRY
+    or the error of a DEAD; then clear it."""
     entries, core.core.journal = core.journal, []
-    return [(kind, s.first_seq, s.count, s.attempts, *extra) for kind, s, *extra in entries]
+    out = []
+    for e in entries:
+        extra = {IndexType.RETRY: (e.time,), IndexType.DEAD: (e.error,)}.get(e.kind, ())
+        out.append((e.kind, e.span.first_seq, e.span.count, e.span.attempts, *extra))
+    return out
 
 
 def test_journal_is_off_by_default(core):
@@ -905,7 +919,7 @@ def test_journal_records_each_leased_span(core):
     put(core, 2)
     put(core, 3)
     core.get_batch(4, now=0.0)
-    assert journal_of(core) == [("lease", 0, 2, 0), ("lease", 2, 2, 0)]
+    assert journal_of(core) == [(IndexType.LEASE, 0, 2, 0), (IndexType.LEASE, 2, 2, 0)]
 
 
 def test_journal_records_the_releases_and_acks_of_a_settle(core):
@@ -913,7 +927,7 @@ def test_journal_records_the_releases_and_acks_of_a_settle(core):
     lease = core.get_batch(4, now=0.0)
     core.core.journal = []
     core.settle(lease.lease_id, done=2, now=0.0)
-    assert journal_of(core) == [("release", 2, 2, 0), ("ack", 0, 2, 0)]
+    assert journal_of(core) == [(IndexType.RELEASE, 2, 2, 0), (IndexType.ACK, 0, 2, 0)]
 
 
 def test_journal_records_a_retry_with_its_new_attempts_and_due_time(core):
@@ -921,7 +935,7 @@ def test_journal_records_a_retry_with_its_new_attempts_and_due_time(core):
     lease = core.get_batch(1, now=3.0)
     core.core.journal = []
     core.settle(lease.lease_id, done=1, errors={0: b"e"}, now=3.0)
-    assert journal_of(core) == [("retry", 0, 1, 1, 3.0 + BACKOFF_BASE_S)]
+    assert journal_of(core) == [(IndexType.RETRY, 0, 1, 1, 3.0 + BACKOFF_BASE_S)]
 
 
 def test_journal_records_a_dead_letter_with_its_error(core):
@@ -929,7 +943,7 @@ def test_journal_records_a_dead_letter_with_its_error(core):
     lease = core.get_batch(1, now=0.0)
     core.core.journal = []
     core.settle(lease.lease_id, done=1, errors={0: b"bad"}, fatal={0}, now=0.0)
-    assert journal_of(core) == [("dead", 0, 1, 1, b"bad")]
+    assert journal_of(core) == [(IndexType.DEAD, 0, 1, 1, b"bad")]
 
 
 def test_journal_records_an_expired_lease_as_retries(core):
@@ -937,7 +951,7 @@ def test_journal_records_an_expired_lease_as_retries(core):
     core.get_batch(2, now=0.0)
     core.core.journal = []
     core.expire(now=LEASE_TIMEOUT_S)
-    assert journal_of(core) == [("retry", 0, 2, 1, LEASE_TIMEOUT_S + BACKOFF_BASE_S)]
+    assert journal_of(core) == [(IndexType.RETRY, 0, 2, 1, LEASE_TIMEOUT_S + BACKOFF_BASE_S)]
 
 
 def test_journal_records_nothing_for_a_rejected_settle(core):

@@ -27,6 +27,7 @@ from hypothesis.stateful import (
 )
 
 from daskqueue.queue.core import LEASE_EXPIRED, QueueCore
+from daskqueue.segment.format import IndexType
 
 LEASE_TIMEOUT_S = 1.0
 BACKOFF_BASE_S = 0.125
@@ -206,7 +207,9 @@ class QueueCoreMachine(RuleBasedStateMachine):
         fatal = data.draw(st.sets(st.sampled_from(sorted(failed))) if failed else st.just(set()))
         errors = {pos: b"error %d at %d" % (pos, lease_id) for pos in failed}
 
+        journaled = len(self.core.journal)
         result = self.core.settle(lease_id, done=done, errors=errors, fatal=fatal, now=m.now)
+        new_entries = self.core.journal[journaled:]
 
         del m.leases[lease_id]
         m.gone_lease_ids.append(lease_id)
@@ -222,7 +225,8 @@ class QueueCoreMachine(RuleBasedStateMachine):
                 acked.append(seq)
         m.total_acked += len(acked)
         m.release(seqs[done:])
-        assert [s.chunk.base_seq + i for s in result.acked for i in range(s.start, s.stop)] == acked
+        acked_spans = [e.span for e in new_entries if e.kind == IndexType.ACK]
+        assert [s.chunk.base_seq + i for s in acked_spans for i in range(s.start, s.stop)] == acked
         assert (result.n_acked, result.n_retried, result.n_dead, result.n_released) == (
             len(acked),
             n_retried,
@@ -308,16 +312,19 @@ class QueueCoreMachine(RuleBasedStateMachine):
             return
         entries, self.core.journal = self.core.journal, []
         m = self.model
-        for kind, span, *extra in entries:
-            state = {"lease": LEASED, "release": "waiting", "ack": ACKED}.get(kind, kind)
-            state = "waiting" if state == "retry" else state
+        states = {
+            IndexType.LEASE: LEASED, IndexType.RELEASE: "waiting", IndexType.RETRY: "waiting",
+            IndexType.ACK: ACKED, IndexType.DEAD: DEAD,
+        }
+        for entry in entries:
+            span = entry.span
             for i in range(span.start, span.stop):
                 seq = span.chunk.base_seq + i
-                self.journaled[seq] = (state, span.attempts)
-                if kind == "retry":
-                    assert extra == [m.msgs[seq].not_before]
-                elif kind == "dead":
-                    assert (seq, span.attempts, extra[0]) in m.dead
+                self.journaled[seq] = (states[entry.kind], span.attempts)
+                if entry.kind == IndexType.RETRY:
+                    assert entry.time == m.msgs[seq].not_before
+                elif entry.kind == IndexType.DEAD:
+                    assert (seq, span.attempts, entry.error) in m.dead
         waiting = {READY: "waiting", DELAYED: "waiting"}
         expected = {s: (waiting.get(msg.state, msg.state), msg.attempts) for s, msg in m.msgs.items()}
         assert self.journaled == expected
@@ -332,11 +339,10 @@ class QueueCoreMachine(RuleBasedStateMachine):
         if self.core is None:
             return
         m, s = self.model, self.core.stats()
-        assert (s.ready, s.delayed, s.leased, s.leases, s.dead) == (
+        assert (s.ready, s.delayed, s.leased, s.dead) == (
             len(m.in_state(READY)),
             len(m.in_state(DELAYED)),
             len(m.in_state(LEASED)),
-            len(m.leases),
             len(m.in_state(DEAD)),
         )
         assert (s.total_put, s.total_acked, s.total_retried, s.total_expired) == (

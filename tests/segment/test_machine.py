@@ -195,7 +195,7 @@ class DurableQueueMachine(RuleBasedStateMachine):
         store = q._store
         on_disk = sorted(int(n[:-4]) for n in os.listdir(self.dir) if n.endswith(".log"))
         assert on_disk == sorted(store._segments)
-        live = {span.chunk.payload[2] for span, _ in q._core.live_spans()}
+        live = {span.chunk.payload.segment for span, _ in q._core.live_spans()}
         live |= {seg for seg, _ in q._dead_errors.values()}
         live |= {seg for seg in q._result_refs if seg}
         live |= {seg for seg, _ in q._func_refs.values()}
@@ -570,7 +570,7 @@ class DurableQueueMachine(RuleBasedStateMachine):
         assert self.run(q.get_functions(sorted(FUNCS))) == self.funcs
         # Every pending payload was read back from the log: each must be intact.
         for span, _ in q._core.live_spans():
-            offsets, payload = span.chunk.payload[0], span.chunk.payload[1]
+            offsets, payload = span.chunk.payload.offsets, span.chunk.payload.data
             for i in range(span.start, span.stop):
                 seq = span.chunk.base_seq + i
                 assert pickle.loads(payload[offsets[i] : offsets[i + 1]]) == self.msgs[seq].item, seq
@@ -608,8 +608,8 @@ class DurableQueueMachine(RuleBasedStateMachine):
             assert seqs == lease.seqs and held.deadline == lease.deadline
         s = core.stats()
         counts = {st_: len(self.in_state(st_)) for st_ in (READY, DELAYED, LEASED, DEAD)}
-        assert (s.ready, s.delayed, s.leased, s.dead, s.leases) == (
-            counts[READY], counts[DELAYED], counts[LEASED], counts[DEAD], len(self.leases)
+        assert (s.ready, s.delayed, s.leased, s.dead) == (
+            counts[READY], counts[DELAYED], counts[LEASED], counts[DEAD]
         )
         # Unfetched results (fetching from cursor 0 drops nothing).
         assert q._results_base == self.result_cursor
@@ -618,7 +618,7 @@ class DurableQueueMachine(RuleBasedStateMachine):
         assert pickle.loads(blob) == self.results[self.result_cursor :]
         # Nothing live points into a deleted log segment.
         store = q._store
-        for seg in {span.chunk.payload[2] for span, _ in core.live_spans()} | {
+        for seg in {span.chunk.payload.segment for span, _ in core.live_spans()} | {
             seg for seg, _ in q._dead_errors.values()
         } | {seg for seg in q._result_refs if seg}:
             assert seg in store._segments, f"live data in deleted log segment {seg}"
