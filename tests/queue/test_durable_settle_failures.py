@@ -107,10 +107,12 @@ async def test_a_failed_settle_goes_out_with_the_next_write_and_loses_no_acked_o
     with pytest.raises(LeaseExpiredError):  # it took effect: the lease is gone
         await settle_with(q, lease_a, ["ra0", "ra1", None], fatal={2})
     assert await settle_with(q, lease_b, ["rb0", "rb1"]) == (2, 0, 0, 0)
+    pins = dict(q._store._pins)  # converted once: one ERROR record, each pin counted once
 
     crash(q)
     q = open_queue(tmp_path)
     await assert_recovered_intact(q)
+    assert q._store._pins == pins
     assert await results_of(q) == {0: "ra0", 1: "ra1", 2: None, 3: "rb0", 4: "rb1"}
     assert await dead_of(q) == {2: (1, b"boom 2")}
     assert await drain(q) == {}  # nothing acked comes back
