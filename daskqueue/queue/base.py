@@ -24,7 +24,7 @@ from typing import Any, Callable, TypeVar
 
 from daskqueue import defaults
 from daskqueue.errors import LeaseExpiredError, PayloadTooLargeError, QueueClosedError, QueueEmpty
-from daskqueue.queue.core import Chunk, Lease, QueueCore, Span
+from daskqueue.queue.core import Chunk, Lease, QueueCore, Settlement, Span
 from daskqueue.serialize import PROTOCOL, ResultRecord, Segment, decode_put, decode_settle, encode_delivery
 
 __all__ = ["QueueActorBase", "QueueStats", "ChunkPayload"]
@@ -396,13 +396,19 @@ class QueueActorBase:
             ranges = _ran_ranges(lease, done)
             self._add_result(ResultRecord(self.index, ranges, sorted(errors), results, None))
         s = self._core.settle(lease_id, done=done, errors=errors, fatal=fatal, now=now)
-        self._after_change(now)
+        try:
+            self._after_change(now)
+        finally:  # it took effect even if storage failed: wake whoever it concerns
+            self._announce(s)
+        return s.n_acked, s.n_retried, s.n_dead, s.n_released
+
+    def _announce(self, s: Settlement) -> None:
+        """Wake the sweeper for retries, getters for released messages, outcome waiters."""
         if s.n_retried:
             self._reschedule()
         if s.n_released:
             self._notify_ready()
         self._notify_outcomes()
-        return s.n_acked, s.n_retried, s.n_dead, s.n_released
 
     async def record_outcomes(self, ranges: list[tuple[int, int]], errors: dict[int, bytes], results: bytes) -> None:
         """Store the outcomes of early-acked messages (already settled; failures are final)."""
@@ -410,8 +416,10 @@ class QueueActorBase:
             await self._unpaused()
         self._start()
         self._add_result(ResultRecord(self.index, ranges, sorted(errors), results, errors))
-        self._after_change(self._now())
-        self._notify_outcomes()
+        try:
+            self._after_change(self._now())
+        finally:  # the results are kept even if storage failed (see DurableQueue)
+            self._notify_outcomes()
 
     async def extend(self, lease_ids: list[int]) -> list[int]:
         """Extend live leases by ``lease_timeout_s`` from now; return the ids no longer held."""

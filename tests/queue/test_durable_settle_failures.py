@@ -8,6 +8,7 @@ is ENOSPC, an I/O error EIO). No Dask.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import pickle
@@ -16,7 +17,7 @@ import pytest
 
 from daskqueue.errors import LeaseExpiredError, StoreError, StoreFullError, StoreIOError
 from daskqueue.queue.core import LEASE_EXPIRED
-from daskqueue.serialize import ResultRecord, encode_settle
+from daskqueue.serialize import ResultRecord, decode_delivery, encode_settle
 from tests.helpers import wait_until_async
 from tests.segment.helpers import crash, drain, get, open_queue, put
 
@@ -116,6 +117,21 @@ async def test_a_failed_settle_goes_out_with_the_next_write_and_loses_no_acked_o
     assert await results_of(q) == {0: "ra0", 1: "ra1", 2: None, 3: "rb0", 4: "rb1"}
     assert await dead_of(q) == {2: (1, b"boom 2")}
     assert await drain(q) == {}  # nothing acked comes back
+
+
+async def test_a_getter_waiting_is_woken_by_the_release_of_a_settle_storage_refused(tmp_path, monkeypatch):
+    q = open_queue(tmp_path)
+    await put(q, ["m0", "m1"])
+    lease, _ = await get(q)
+    waiter = asyncio.ensure_future(q.get_batch(10, 20.0))
+    await wait_until_async(lambda: q._get_calls == 2)  # it waits for a ready message
+    fail_index_writes(q, monkeypatch, errno.ENOSPC)
+    with pytest.raises(StoreFullError):
+        await q.settle(lease, encode_settle(1, {}, set(), pickle.dumps(["r0"])))  # m1 released
+    monkeypatch.undo()
+    blob = await asyncio.wait_for(waiter, 5.0)
+    _, _, segments = decode_delivery(blob)
+    assert [(s.first_seq, s.count, s.attempts) for s in segments] == [(1, 1, 0)]
 
 
 # -- lease (get_batch) ------------------------------------------------------------------------
