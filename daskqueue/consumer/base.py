@@ -385,7 +385,7 @@ class ConsumerBase:
             return None
         self._fetch_calls += 1
         try:
-            blob = await self._call(slot, "get_batch", n, wait_s, wait_s=wait_s)
+            blob = await self._call(slot, "get_batch", n, wait_s, self._address, wait_s=wait_s)
         except Exception as e:
             if slot not in self._queue_down_until:
                 logger.warning(

@@ -24,6 +24,7 @@ from typing import Any, Callable, TypeVar
 
 from daskqueue import defaults
 from daskqueue.errors import LeaseExpiredError, PayloadTooLargeError, QueueClosedError, QueueEmpty
+from daskqueue.messages import encode_error
 from daskqueue.queue.core import Chunk, Lease, QueueCore, Settlement, Span
 from daskqueue.serialize import PROTOCOL, ResultRecord, Segment, decode_put, decode_settle, encode_delivery
 
@@ -48,6 +49,7 @@ class QueueStats:
     total_acked: int
     total_retried: int
     total_expired: int
+    total_worker_lost: int  # leased to a consumer whose worker died: taken back at once
     get_calls: int
     closed: bool
 
@@ -320,12 +322,13 @@ class QueueActorBase:
             if biggest > self.max_message_bytes:
                 raise PayloadTooLargeError(biggest, self.max_message_bytes)
 
-    async def get_batch(self, max_items: int, wait_s: float = 0.0) -> bytes | None:
+    async def get_batch(self, max_items: int, wait_s: float = 0.0, owner: str | None = None) -> bytes | None:
         """Lease up to ``max_items`` messages; wait up to ``wait_s`` for one to be ready.
 
         Returns a delivery blob, or ``None`` if nothing became ready in time (or the queue was
         closed while waiting). Waiting awaits an event set by puts and redeliveries: an idle
-        caller costs one call per ``wait_s``.
+        caller costs one call per ``wait_s``. ``owner`` (the caller's worker address) lets
+        :meth:`workers_lost` take the lease back if that worker dies.
         """
         self._start()
         self._get_calls += 1
@@ -336,7 +339,7 @@ class QueueActorBase:
             if self._closed:
                 return None
             now = self._now()
-            lease = self._core.get_batch(max_items, now=now)
+            lease = self._core.get_batch(max_items, now=now, owner=owner)
             if lease is not None:
                 self._persist_lease(lease, now)
                 self._reschedule()
@@ -363,6 +366,22 @@ class QueueActorBase:
             self._core.settle(lease.lease_id, done=0, now=now)
             self._notify_ready()
             raise
+
+    async def workers_lost(self, addresses: list[str]) -> int:
+        """These workers died: take back at once every lease their consumers held (an
+        attempt each, see ``QueueCore.take_back``); return how many messages."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._start()
+        now = self._now()
+        n = self._core.take_back(frozenset(addresses), _worker_lost_error(addresses), now=now)
+        if n:
+            logger.warning("queue %d: %d leased messages taken back from consumers on lost "
+                           "workers %s", self.index, n, addresses)
+            self._notify_outcomes()  # some may have been dead-lettered
+            self._reschedule()
+            self._after_change(now)
+        return n
 
     async def get_batch_nowait(self, max_items: int) -> bytes:
         """Like ``get_batch`` without waiting; raises :class:`QueueEmpty` if nothing is ready."""
@@ -493,6 +512,7 @@ class QueueActorBase:
             total_acked=s.total_acked,
             total_retried=s.total_retried,
             total_expired=s.total_expired,
+            total_worker_lost=s.total_taken_back,
             get_calls=self._get_calls,
             closed=self._closed,
         )
@@ -522,6 +542,14 @@ def _segment(span: Span) -> Segment:
         span.first_seq, span.count, span.attempts, meta.kind, meta.digest, meta.type,
         span.chunk.priority, meta.key, offs.tobytes(), payload.data[offs[0] : offs[-1]],
     )
+
+
+def _worker_lost_error(addresses: list[str]) -> bytes:
+    """The error recorded for messages whose consumer's worker died while they were leased."""
+    name = "daskqueue.errors.KilledWorkerError"
+    text = (f"the worker running this message died ({', '.join(sorted(addresses))}): the task "
+            "may have killed it (os._exit, a segfault, the OOM killer) or it was lost")
+    return encode_error(name, text, f"{name}: {text}\n")
 
 
 def _ran_ranges(lease: Lease, done: int) -> list[tuple[int, int]]:

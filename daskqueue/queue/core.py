@@ -83,12 +83,16 @@ class Span:
 
 @dataclass(slots=True, eq=False)
 class Lease:
-    """A delivery: the spans handed to one consumer, held until ``deadline``."""
+    """A delivery: the spans handed to one consumer, held until ``deadline``.
+
+    ``owner`` names who holds it (a consumer's worker address) so that ``take_back`` can end
+    every lease of a worker that died; None for an anonymous caller."""
 
     lease_id: int
     spans: list[Span]
     deadline: float
     count: int
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,7 @@ class CoreStats:
     total_acked: int
     total_retried: int
     total_expired: int
+    total_taken_back: int
 
     @property
     def pending(self) -> int:
@@ -153,6 +158,7 @@ class _Counters:
     total_acked: int = 0
     total_retried: int = 0
     total_expired: int = 0
+    total_taken_back: int = 0
 
 
 class QueueCore:
@@ -241,8 +247,9 @@ class QueueCore:
         self._promote_due(now)
         return self._n.ready > 0
 
-    def get_batch(self, max_items: int, *, now: float) -> Lease | None:
-        """Lease up to ``max_items`` ready messages, highest priority first, FIFO within one.
+    def get_batch(self, max_items: int, *, now: float, owner: str | None = None) -> Lease | None:
+        """Lease up to ``max_items`` ready messages, highest priority first, FIFO within one,
+        to ``owner`` (see :meth:`take_back`).
 
         Returns ``None`` when nothing is ready. The lease expires at ``now + lease_timeout_s``.
         """
@@ -270,7 +277,7 @@ class QueueCore:
         taken = max_items - want
         self._n.ready -= taken
         self._n.leased += taken
-        lease = Lease(next(self._lease_ids), spans, now + self.lease_timeout_s, taken)
+        lease = Lease(next(self._lease_ids), spans, now + self.lease_timeout_s, taken, owner)
         self._leases[lease.lease_id] = lease
         heapq.heappush(self._deadlines, (lease.deadline, lease.lease_id))
         return lease
@@ -423,6 +430,23 @@ class QueueCore:
             n += lease.count
         return n
 
+    def take_back(self, owners: set[str] | frozenset[str], error: bytes, *, now: float) -> int:
+        """End every lease held by one of ``owners`` (their process died) as if it had
+        expired now: each message counts an attempt and is retried after a backoff, or
+        dead-lettered with ``error`` once past ``max_retries``. Returns how many messages.
+
+        A message whose run kills its worker every time is thus dead-lettered, never
+        redelivered forever (Dask's ``KilledWorker`` does the same for tasks)."""
+        n = 0
+        for lease_id in [i for i, lease in self._leases.items() if lease.owner in owners]:
+            lease = self._leases.pop(lease_id)  # its deadline heap entry is stale from now on
+            self._n.leased -= lease.count
+            self._n.total_taken_back += lease.count
+            for span in lease.spans:
+                self._fail(span, error, now)
+            n += lease.count
+        return n
+
     def lease(self, lease_id: int) -> Lease | None:
         """The live lease with this id, or None if it expired or was settled."""
         return self._leases.get(lease_id)
@@ -512,6 +536,7 @@ class QueueCore:
             total_acked=n.total_acked,
             total_retried=n.total_retried,
             total_expired=n.total_expired,
+            total_taken_back=n.total_taken_back,
         )
 
     def validate(self) -> None:

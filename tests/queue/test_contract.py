@@ -165,3 +165,29 @@ def test_close_wakes_waiters_and_refuses_calls(make_queue):
     assert waiting.result(timeout=5) is None
     with pytest.raises(QueueClosedError):
         put(q, ["x"])
+
+
+def test_leases_of_a_lost_worker_come_back_at_once_with_an_attempt(make_queue):
+    q = make_queue(retry_backoff_base_s=0.0, max_retries=1)
+    put(q, ["a", "b", "c"])
+    lost_lease = q.get_batch(2, 0.0, "tcp://lost:1").result()
+    kept_lease, kept = get(q, 1)
+    assert q.workers_lost(["tcp://lost:1"]).result() == 2
+    assert q.workers_lost(["tcp://lost:1"]).result() == 0  # nothing left to take back
+    assert lost_lease is not None and kept_lease is not None
+    _, again = get(q, 10, wait_s=2.0)
+    assert [(item, attempts) for _, item, attempts in again] == [("a", 1), ("b", 1)]
+    stats = q.stats().result()
+    assert (stats.total_worker_lost, stats.total_expired, stats.leased) == (2, 0, 3)
+
+
+def test_a_message_whose_worker_dies_every_time_is_dead_lettered_as_killed(make_queue):
+    q = make_queue(retry_backoff_base_s=0.0, max_retries=1)
+    put(q, ["x"])
+    for _ in range(2):
+        assert q.get_batch(1, 2.0, "tcp://w:1").result() is not None
+        assert q.workers_lost(["tcp://w:1"]).result() == 1
+    _, dead = q.fetch_dead(0).result()
+    ((seq, attempts, error, _),) = dead
+    assert (seq, attempts) == (0, 2)
+    assert error.startswith(b"daskqueue.errors.KilledWorkerError\x00the worker running this message died")

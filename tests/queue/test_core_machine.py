@@ -52,6 +52,7 @@ class Msg:
 class ModelLease:
     seqs: list[int]
     deadline: float
+    owner: str | None = None
 
 
 class QueueModel:
@@ -67,6 +68,7 @@ class QueueModel:
         self.dead: list[tuple[int, int, bytes]] = []  # (seq, attempts, error)
         self.delay_orders = 0
         self.total_put = self.total_acked = self.total_retried = self.total_expired = 0
+        self.total_taken_back = 0
 
     def in_state(self, state: str) -> list[int]:
         return [m.seq for m in self.msgs.values() if m.state == state]
@@ -177,13 +179,13 @@ class QueueCoreMachine(RuleBasedStateMachine):
         m.put(seqs, priority, not_before)
         self.journaled.update((seq, ("waiting", 0)) for seq in seqs)
 
-    @rule(max_items=st.integers(1, 8) | st.just(100))
-    def get_batch(self, max_items):
+    @rule(max_items=st.integers(1, 8) | st.just(100), owner=st.sampled_from([None, "w1", "w2"]))
+    def get_batch(self, max_items, owner):
         m = self.model
         m.promote_due()
         settled = {*m.in_state(ACKED), *m.in_state(DEAD)}
         expected = m.take(max_items)
-        lease = self.core.get_batch(max_items, now=m.now)
+        lease = self.core.get_batch(max_items, now=m.now, owner=owner)
         if not expected:
             assert lease is None
             return
@@ -194,7 +196,7 @@ class QueueCoreMachine(RuleBasedStateMachine):
         assert all(s.chunk.payload == ("payload", s.chunk.base_seq) for s in lease.spans)
         assert (lease.count, lease.deadline) == (len(expected), m.now + LEASE_TIMEOUT_S)
         assert lease.lease_id not in m.leases and lease.lease_id not in m.gone_lease_ids
-        m.leases[lease.lease_id] = ModelLease(expected, lease.deadline)
+        m.leases[lease.lease_id] = ModelLease(expected, lease.deadline, owner)
 
     @precondition(lambda self: self.model and self.model.leases)
     @rule(data=st.data())
@@ -294,6 +296,20 @@ class QueueCoreMachine(RuleBasedStateMachine):
         m.total_expired += n
         assert self.core.expire(now=m.now) == n
 
+    @rule(owners=st.sets(st.sampled_from(["w1", "w2", "w3"]), max_size=2))
+    def take_back_the_leases_of_lost_workers(self, owners):
+        m = self.model
+        gone = sorted(i for i, ls in m.leases.items() if ls.owner in owners)
+        n = 0
+        for lease_id in gone:
+            seqs = m.leases.pop(lease_id).seqs
+            m.gone_lease_ids.append(lease_id)
+            for seq in seqs:
+                m.fail(seq, b"worker lost")
+            n += len(seqs)
+        m.total_taken_back += n
+        assert self.core.take_back(frozenset(owners), b"worker lost", now=m.now) == n
+
     @rule()
     def has_ready(self):
         m = self.model
@@ -345,11 +361,12 @@ class QueueCoreMachine(RuleBasedStateMachine):
             len(m.in_state(LEASED)),
             len(m.in_state(DEAD)),
         )
-        assert (s.total_put, s.total_acked, s.total_retried, s.total_expired) == (
+        assert (s.total_put, s.total_acked, s.total_retried, s.total_expired, s.total_taken_back) == (
             m.total_put,
             m.total_acked,
             m.total_retried,
             m.total_expired,
+            m.total_taken_back,
         )
 
     @invariant()
