@@ -45,3 +45,18 @@ POLL_INTERVAL_S: float = 0.05
 FSYNC_INTERVAL_S: float = 0.1
 MAX_SEGMENT_BYTES: int = 64 * 2**20
 COMPACT_INDEX_BYTES: int = 16 * 2**20
+
+#: The smallest log segment a durable queue accepts: one page holds the file header and
+#: records of a useful size (``segment/store.py``; FORMAT.md "Log segment").
+MIN_SEGMENT_BYTES: int = 4096
+
+#: The longest single long-poll of ``result(task_id)``: a longer wait is made of such slices,
+#: so that its deadline is kept and a lost queue is noticed.
+RESULT_POLL_SLICE_S: float = 1.0
+
+#: How long a consumer's fetch loop waits after fetching failed, before it tries again.
+FETCH_RETRY_S: float = 1.0
+
+#: Added to a queue sweeper's sleep until the next due time (lease deadline or delayed
+#: message), so that it wakes just after the time, when the message is due, not just before.
+DUE_WAKEUP_MARGIN_S: float = 0.001

@@ -12,7 +12,9 @@ from daskqueue import defaults
 from daskqueue.consumer.base import ConsumerBase, ConsumerStats
 from daskqueue.consumer.general import GeneralConsumer
 from daskqueue.errors import ConfigurationError, JoinTimeoutError, RemoteTaskError
+from daskqueue.queue.handles import is_lost_worker
 from daskqueue.queue.pool import QueuePool
+from daskqueue.validate import check_number
 
 __all__ = ["ConsumerPool"]
 
@@ -62,19 +64,13 @@ class ConsumerPool:
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
         if n_consumers is None:
             n_consumers = max(1, len(workers))
-        for name, value, low in [
-            ("n_consumers", n_consumers, 1), ("max_concurrency", max_concurrency, 1),
-            ("prefetch_batches", prefetch_batches, 0), ("max_batch_size", max_batch_size, 1),
-        ]:
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigurationError(f"{name} must be an integer >= {low}, got {value!r}")
-        if batch_size is not None and (
-            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
-        ):
-            raise ConfigurationError(f"batch_size must be None or an integer >= 1, got {batch_size!r}")
-        for name, value in [("idle_poll_s", idle_poll_s), ("target_batch_s", target_batch_s)]:
-            if not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigurationError(f"{name} must be a number > 0, got {value!r}")
+        check_number("n_consumers", n_consumers, integer=True, at_least=1)
+        check_number("max_concurrency", max_concurrency, integer=True, at_least=1)
+        check_number("prefetch_batches", prefetch_batches, integer=True, at_least=0)
+        check_number("max_batch_size", max_batch_size, integer=True, at_least=1)
+        check_number("batch_size", batch_size, integer=True, at_least=1, none_ok=True)
+        check_number("idle_poll_s", idle_poll_s, above=0)
+        check_number("target_batch_s", target_batch_s, above=0)
         self.client = client
         self.queue_pool = queue_pool
         self.ConsumerClass = ConsumerClass
@@ -106,9 +102,13 @@ class ConsumerPool:
             allow_other_workers=workers is not None,
         )
 
+    def _lost(self) -> list[int]:
+        """Indices of the consumers whose worker died (as far as Dask knows)."""
+        return [i for i, f in enumerate(self._futures) if f.status != "finished"]
+
     def _replace_lost(self) -> int:
         """Start a replacement for every consumer whose worker died; return how many."""
-        lost = [i for i, f in enumerate(self._futures) if f.status != "finished"]
+        lost = self._lost()
         for i in lost:
             logger.warning("consumer %d was lost with its worker; starting a replacement", i)
             self._futures[i] = self._spawn(i)
@@ -150,14 +150,17 @@ class ConsumerPool:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            self.queue_pool._collector.poll()
+            # Work held by a lost consumer comes back to its queue; a replacement keeps the
+            # pool at strength for it (joining is an action, unlike stats()).
+            self._replace_lost()
+            self.queue_pool.poll_outcomes()
             # Queues first, then consumers: with early ack a message leaves the queue before
             # it runs, and it is counted by its consumer from before it leaves the queue.
             qstats = self.queue_pool.stats()
             pending = sum(s.pending for s in qstats)
             inflight = 0 if pending else sum(s.inflight_items for s in self.stats())
             if pending == 0 and inflight == 0:
-                self.queue_pool._collector.poll()
+                self.queue_pool.poll_outcomes()
                 return
             if deadline is not None and time.monotonic() > deadline:
                 counts = {
@@ -183,39 +186,38 @@ class ConsumerPool:
     # -- outcomes -----------------------------------------------------------------------------
 
     def results(self) -> dict[int, Any]:
-        """``{task_id: return value}`` of every acked task so far (``map`` keeps its own)."""
-        self.queue_pool._collector.poll()
-        return dict(self.queue_pool._collector.results)
+        """``{task_id: return value}`` of every acked task so far (``map`` keeps its own);
+        :meth:`QueuePool.results`."""
+        return self.queue_pool.results()
 
     def result(self, task_id: int, timeout: float | None = None) -> Any:
         """The return value of one task, waiting for it (long-polling its queue).
 
         Raises its :class:`RemoteTaskError` if it was dead-lettered, and
-        :class:`JoinTimeoutError` if it is not settled within ``timeout`` seconds.
+        :class:`JoinTimeoutError` if it is not settled within ``timeout`` seconds;
+        :meth:`QueuePool.result`.
         """
-        from daskqueue.messages import split_id
-
-        collector = self.queue_pool._collector
-        queue_index, _ = split_id(task_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            known, value = collector.outcome(task_id)
-            if known:
-                if isinstance(value, RemoteTaskError) and task_id in collector.failures:
-                    raise value
-                return value
-            left = 1.0 if deadline is None else deadline - time.monotonic()
-            if left <= 0:
-                raise JoinTimeoutError(timeout or 0.0, {"pending": 1})
-            collector.poll(wait_s=min(left, 1.0), queue_index=queue_index)
+        return self.queue_pool.result(task_id, timeout_s=timeout)
 
     def failures(self) -> dict[int, RemoteTaskError]:
-        """``{task_id: RemoteTaskError}`` of every dead-lettered task so far."""
-        self.queue_pool._collector.poll()
-        return dict(self.queue_pool._collector.failures)
+        """``{task_id: RemoteTaskError}`` of every dead-lettered task so far;
+        :meth:`QueuePool.failures`."""
+        return self.queue_pool.failures()
 
     def stats(self) -> list[ConsumerStats]:
-        """A :class:`ConsumerStats` per consumer; lost consumers are replaced first."""
-        self._replace_lost()
-        futures = [c.stats() for c in self.consumers]
-        return [f.result() for f in futures]
+        """A :class:`ConsumerStats` per live consumer, in consumer order (see each one's
+        ``index``). A consumer whose worker died is left out with a warning; ``start()``,
+        ``cancel()`` and ``join()`` replace it. Starts nothing."""
+        lost = set(self._lost())
+        calls = [(i, c.stats()) for i, c in enumerate(self.consumers) if i not in lost]
+        out = []
+        for i, future in calls:
+            try:
+                out.append(future.result())
+            except Exception as e:
+                if not is_lost_worker(e):
+                    raise
+                lost.add(i)  # died since Dask last said
+        if lost:
+            logger.warning("consumers %s were lost with their workers; stats leave them out", sorted(lost))
+        return out

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import itertools
-import json
 import logging
 import os
 import time
@@ -20,65 +19,35 @@ from distributed import Client
 from daskqueue import defaults
 from daskqueue.errors import (
     ConfigurationError,
-    InvalidTaskError,
     JoinTimeoutError,
     QueueClosedError,
     QueueLostError,
+    RemoteTaskError,
 )
-from daskqueue.messages import MAX_QUEUES, QUEUE_INDEX_BITS, Kind, make_id
+from daskqueue.messages import QUEUE_INDEX_BITS, Kind, make_id, split_id
 from daskqueue.queue.base import QueueStats
+from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig
+from daskqueue.queue.directory import prepare_pool_dir
 from daskqueue.queue.durable import DurableQueue
+from daskqueue.queue.encode import (
+    PutBatch,
+    PutOptions,
+    calls_from_tasks,
+    chunk_size,
+    encode_calls,
+    encode_payloads,
+    encode_uniform,
+)
 from daskqueue.queue.handles import LOST_CHECK_S, actor_lost, direct_handles, is_lost_worker
 from daskqueue.queue.pool_actor import QueuePoolActor
 from daskqueue.queue.transient import TransientQueue
 from daskqueue.results import MapClaim, ResultCollector
-from daskqueue.serialize import Group, PickledFunction, encode_put, pack_payloads, pickle_function
+from daskqueue.serialize import encode_put, pickle_function
+from daskqueue.validate import check_choice, check_number, check_optional_str
 
 __all__ = ["QueuePool"]
 
 logger = logging.getLogger("daskqueue")
-
-Durability = Literal["transient", "durable"]
-
-
-def _positive(name: str, value: Any, *, allow_zero: bool = False, integer: bool = False) -> None:
-    kind_ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not kind_ok or value < 0 or (value == 0 and not allow_zero):
-        need = ">= 0" if allow_zero else "> 0"
-        raise ConfigurationError(f"{name} must be {'an integer' if integer else 'a number'} {need}, got {value!r}")
-
-
-POOL_FILE = "daskqueue-pool.json"
-
-
-def _prepare_pool_dir(dirpath: str, n_queues: int) -> list[str]:
-    """Create or check a pool directory; return the queue directories, in order."""
-    meta = os.path.join(dirpath, POOL_FILE)
-    if os.path.exists(dirpath) and not os.path.isdir(dirpath):
-        raise ConfigurationError(f"dirpath {dirpath} exists and is not a directory")
-    os.makedirs(dirpath, exist_ok=True)
-    if os.path.exists(meta):
-        with open(meta) as f:
-            known = json.load(f)
-        if known.get("format") != 1:
-            raise ConfigurationError(f"{meta} has an unknown format {known.get('format')!r}")
-        if n_queues < known["n_queues"]:
-            raise ConfigurationError(
-                f"{dirpath} holds {known['n_queues']} queues; reopen it with n_queues >= "
-                f"{known['n_queues']} so that none of their messages is orphaned"
-            )
-    elif os.listdir(dirpath):
-        from daskqueue.errors import ForeignDirectoryError
-
-        raise ForeignDirectoryError(f"{dirpath} is not empty and is not a daskqueue pool directory")
-    tmp = meta + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"format": 1, "n_queues": n_queues}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, meta)
-    return [os.path.join(dirpath, f"queue-{i:03d}") for i in range(n_queues)]
-
 
 def _results_or_raise(futures: list[Any]) -> list[Any]:
     """Results of all futures; if any failed, release the others and raise the first error."""
@@ -90,13 +59,25 @@ def _results_or_raise(futures: list[Any]) -> list[Any]:
         raise
 
 
+def _one_argument(chunk: Sequence[Any]) -> list[tuple[Any]]:
+    """The payloads of a ``map`` chunk: each item is the one argument of its call."""
+    return [(x,) for x in chunk]
+
+
+def _progress_bar(total: int) -> Any:
+    """A tqdm bar for ``total`` tasks (tqdm is imported only when a bar is asked for)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="task", desc="daskqueue")
+
+
 class QueuePool:
     """A pool of ``n_queues`` queue actors on the cluster of ``client``.
 
     Messages are routed round-robin, one put batch at a time; a call's messages are spread
     evenly over the queues, at most ``put_batch_size`` per put.
     Every submission returns message ids; results and failures come back through
-    ``ConsumerPool.results()`` / ``failures()`` (or as the return value of :meth:`map`).
+    :meth:`results` / :meth:`failures` / :meth:`result` (or as the return value of :meth:`map`).
 
     Parameters (all but ``client`` and ``n_queues`` keyword-only):
 
@@ -106,7 +87,8 @@ class QueuePool:
       ``dirpath`` (a shared file system, or the same host).
     * ``fsync`` (durable): ``"always"``, ``"interval"`` (every ``fsync_interval_s``, default
       0.1 s) or ``"never"``; see ``daskqueue/segment/FORMAT.md`` for what each loses.
-    * ``max_segment_bytes`` (durable, default 64 MiB): log segment size; also caps one message.
+    * ``max_segment_bytes`` (durable, default 64 MiB, at least 4 KiB): log segment size; also
+      caps one message.
     * ``compact_index_bytes`` (durable, default 16 MiB): index size that triggers compaction.
     * ``lease_timeout_s`` (default 30): how long a delivered message may stay unsettled
       before it is redelivered; consumers extend the leases of work they are running.
@@ -118,6 +100,9 @@ class QueuePool:
       when the client can reach them (checked once, here) and through the scheduler
       otherwise; ``True`` / ``False`` force one or the other. Defaults to the client's own
       ``direct_to_workers`` setting when that is set.
+
+    The settings are validated into :attr:`config` (a :class:`PoolConfig`); a bad one raises
+    :class:`ConfigurationError` naming it.
 
     Thread safety: use one ``QueuePool`` from one thread at a time.
     """
@@ -135,7 +120,7 @@ class QueuePool:
         max_message_bytes: int = defaults.MAX_MESSAGE_BYTES,
         put_batch_size: int = defaults.PUT_BATCH_MESSAGES,
         dirpath: str | os.PathLike[str] | None = None,
-        fsync: Literal["always", "interval", "never"] = "interval",
+        fsync: FsyncPolicy = "interval",
         fsync_interval_s: float = defaults.FSYNC_INTERVAL_S,
         max_segment_bytes: int = defaults.MAX_SEGMENT_BYTES,
         compact_index_bytes: int = defaults.COMPACT_INDEX_BYTES,
@@ -144,79 +129,83 @@ class QueuePool:
     ) -> None:
         if not isinstance(client, Client):
             raise ConfigurationError(f"client must be a distributed.Client, got {type(client).__name__}")
-        _positive("n_queues", n_queues, integer=True)
-        if n_queues > MAX_QUEUES:
-            raise ConfigurationError(f"n_queues must be <= {MAX_QUEUES}, got {n_queues}")
-        if durability not in ("transient", "durable"):
-            raise ConfigurationError(f"durability must be 'transient' or 'durable', got {durability!r}")
-        if durability == "durable" and dirpath is None:
-            raise ConfigurationError("durability='durable' needs dirpath= (a directory the workers can see)")
-        if durability == "transient" and dirpath is not None:
-            raise ConfigurationError("dirpath= is only for durability='durable'")
-        if fsync not in ("always", "interval", "never"):
-            raise ConfigurationError(f"fsync must be 'always', 'interval' or 'never', got {fsync!r}")
-        _positive("fsync_interval_s", fsync_interval_s)
-        _positive("max_segment_bytes", max_segment_bytes, integer=True)
-        if max_segment_bytes < 65536:
-            raise ConfigurationError(f"max_segment_bytes must be >= 65536, got {max_segment_bytes}")
-        _positive("compact_index_bytes", compact_index_bytes, integer=True)
-        _positive("lease_timeout_s", lease_timeout_s)
-        _positive("max_retries", max_retries, allow_zero=True, integer=True)
-        _positive("retry_backoff_base_s", retry_backoff_base_s, allow_zero=True)
-        _positive("retry_backoff_max_s", retry_backoff_max_s, allow_zero=True)
-        _positive("max_message_bytes", max_message_bytes, integer=True)
-        _positive("put_batch_size", put_batch_size, integer=True)
-        self.client = client
-        self.n_queues = n_queues
-        self.durability = durability
-        self.name = name or f"queuepool-{uuid.uuid4().hex[:8]}"
-        self.lease_timeout_s = float(lease_timeout_s)
-        if durability == "durable":
-            # One message must fit in one log segment (with its record and chunk headers).
-            max_message_bytes = min(max_message_bytes, max_segment_bytes - 8192)
-        self.max_message_bytes = max_message_bytes
-        self.put_batch_size = put_batch_size
-        self.dirpath = None if dirpath is None else os.path.abspath(os.fspath(dirpath))
-        config = dict(
-            lease_timeout_s=lease_timeout_s,
-            max_retries=max_retries,
-            retry_backoff_base_s=retry_backoff_base_s,
-            retry_backoff_max_s=retry_backoff_max_s,
-            max_message_bytes=max_message_bytes,
+        self.config = PoolConfig.from_options(
+            n_queues, durability=durability, lease_timeout_s=lease_timeout_s, max_retries=max_retries,
+            retry_backoff_base_s=retry_backoff_base_s, retry_backoff_max_s=retry_backoff_max_s,
+            max_message_bytes=max_message_bytes, put_batch_size=put_batch_size, dirpath=dirpath,
+            fsync=fsync, fsync_interval_s=fsync_interval_s, max_segment_bytes=max_segment_bytes,
+            compact_index_bytes=compact_index_bytes,
         )
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        self.client = client
+        self.name = check_optional_str("name", name) or f"queuepool-{uuid.uuid4().hex[:8]}"
+        self._actor, queues = self._start_actors()
+        if direct_to_workers is None:
+            direct_to_workers = client.direct_to_workers
+        self.queues = direct_handles(queues, direct=direct_to_workers)
+        self._rr = itertools.count()
+        self._sent_funcs: list[set[bytes]] = [set() for _ in range(self.n_queues)]
+        self._collector = ResultCollector(self.n_queues, self._call, self._answer)
+        self._closed = False
+        logger.info("%r started", self)
+
+    def _start_actors(self) -> tuple[Any, list[Any]]:
+        """Start the pool actor and the queue actors (queue ``i`` preferably on worker
+        ``i mod n_workers``); return them once the queues are registered with the pool actor."""
+        workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
         if not workers:
             raise ConfigurationError("the client's cluster has no workers")
-        self._pool_future = client.submit(QueuePoolActor, self.name, config, actor=True, pure=False)
-        queue_class: type = TransientQueue
-        queue_args: list[tuple[Any, ...]] = [(i,) for i in range(n_queues)]
-        if durability == "durable":
-            queue_class = DurableQueue
-            dirs = _prepare_pool_dir(self.dirpath, n_queues)  # type: ignore[arg-type]
-            queue_args = [(i, d) for i, d in enumerate(dirs)]
-            config.update(
-                fsync=fsync, fsync_interval_s=fsync_interval_s,
-                max_segment_bytes=max_segment_bytes, compact_index_bytes=compact_index_bytes,
-            )
+        queue_class, queue_args = self._queue_actor_args()
+        self._pool_future = self.client.submit(
+            QueuePoolActor, self.name, self.config.as_dict(), actor=True, pure=False
+        )
         self._queue_futures = [
-            client.submit(
-                queue_class, *args, **config, actor=True, pure=False,
+            self.client.submit(
+                queue_class, *args, **self.config.queue_kwargs(), actor=True, pure=False,
                 workers=[workers[i % len(workers)]], allow_other_workers=True,
             )
             for i, args in enumerate(queue_args)
         ]
-        self._actor = self._pool_future.result()
-        self.queues = _results_or_raise(self._queue_futures)
-        self._actor.register(self.queues).result()
-        if direct_to_workers is None:
-            direct_to_workers = client.direct_to_workers
-        self.queues = direct_handles(self.queues, direct=direct_to_workers)
-        self._rr = itertools.count()
-        self._sent_funcs: list[set[bytes]] = [set() for _ in range(n_queues)]
-        self._collector = ResultCollector(n_queues, self._call, self._answer)
-        self._closed = False
-        self.submitted = 0
-        logger.info("%r started", self)
+        actor = self._pool_future.result()
+        queues = _results_or_raise(self._queue_futures)
+        actor.register(queues).result()
+        return actor, queues
+
+    def _queue_actor_args(self) -> tuple[type, list[tuple[Any, ...]]]:
+        """The queue actor class and each queue's positional arguments; prepares a durable
+        pool's directory."""
+        if self.durability == "durable":
+            dirs = prepare_pool_dir(self.dirpath, self.n_queues)  # type: ignore[arg-type]
+            return DurableQueue, list(enumerate(dirs))
+        return TransientQueue, [(i,) for i in range(self.n_queues)]
+
+    # -- settings (all in self.config) ---------------------------------------------------------
+
+    @property
+    def n_queues(self) -> int:
+        return self.config.n_queues
+
+    @property
+    def durability(self) -> Durability:
+        return self.config.durability
+
+    @property
+    def dirpath(self) -> str | None:
+        """The pool directory (absolute), or ``None`` for a transient pool."""
+        return self.config.dirpath
+
+    @property
+    def lease_timeout_s(self) -> float:
+        return float(self.config.lease_timeout_s)
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest pickled message a queue accepts (for a durable pool, what also fits in a
+        log segment)."""
+        return self.config.message_limit()
+
+    @property
+    def put_batch_size(self) -> int:
+        return self.config.put_batch_size
 
     # -- representation -----------------------------------------------------------------------
 
@@ -241,7 +230,8 @@ class QueuePool:
 
     def submit(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
         """Enqueue ``func(*args, **kwargs)``; return its task id."""
-        return self._submit_calls([(func, args, kwargs)])[0]
+        options = self._put_options()
+        return self._send(encode_calls([(func, args, kwargs)], options, **self._encoding(1, options)), n=1)[0]
 
     def batch_submit(
         self,
@@ -258,42 +248,13 @@ class QueuePool:
         non-callable task raises (naming its index) and enqueues nothing. Each distinct
         function is pickled once per call.
         """
-        self._check_open()
-        self._check_options(priority, delay_s, type, key)
+        options = self._put_options(type, priority, key, delay_s)
         tasks = tasks if isinstance(tasks, list) else list(tasks)
-        fast = self._encode_uniform(tasks, type, priority, key, float(delay_s))
-        if fast is not None:
-            return self._send(fast, n=len(tasks))
-        calls = []
-        for i, task in enumerate(tasks):
-            if not isinstance(task, (tuple, list)) or not task:
-                raise InvalidTaskError(f"task {i} must be a tuple (func, *args), got {task!r:.80}")
-            calls.append((task[0], tuple(task[1:]), None))
-        return self._submit_calls(calls, type=type, priority=priority, key=key, delay_s=delay_s)
-
-    def _encode_uniform(self, tasks, type, priority, key, delay_s):  # type: ignore[no-untyped-def]
-        """The fast path of ``batch_submit``: every task calls one function. Returns None when
-        the tasks are anything else (the general path then validates them one by one)."""
-        try:
-            funcs = {t[0] for t in tasks}
-        except Exception:  # not subscriptable, empty, or an unhashable "function"
-            return None
-        if len(funcs) != 1:
-            return None
-        (func,) = funcs
-        if not callable(func) or not all(isinstance(t, (tuple, list)) for t in tasks[:1]):
-            return None
-        pickled = pickle_function(func)
-        blobs = []
-        size = self._chunk_size(len(tasks))
-        for lo in range(0, len(tasks), size):
-            chunk = tasks[lo : lo + size]
-            payloads = [t[1:] for t in chunk]
-            positions = range(lo, lo + len(chunk))
-            offsets, data = self._pack(payloads, positions, single=False)
-            group = Group(Kind.CALL, pickled.digest, type, priority, key, delay_s, len(chunk), offsets, data)
-            blobs.append(([group], {pickled.digest: pickled.data}, [positions]))
-        return blobs
+        encoding = self._encoding(len(tasks), options)
+        batches = encode_uniform(tasks, options, **encoding)
+        if batches is None:
+            batches = encode_calls(calls_from_tasks(tasks), options, **encoding)
+        return self._send(batches, n=len(tasks))
 
     def map(
         self,
@@ -314,34 +275,20 @@ class QueuePool:
         settled; with ``errors="return"`` it takes the task's place in the list. Raises
         :class:`JoinTimeoutError` after ``timeout_s``.
         """
-        if errors not in ("raise", "return"):
-            raise ConfigurationError(f"errors must be 'raise' or 'return', got {errors!r}")
-        self._check_open()
-        self._check_options(priority, 0.0, type)
+        check_choice("errors", errors, ("raise", "return"))
+        options = self._put_options(type, priority)
         started = time.monotonic()
         items = list(iterable)
-        pickled = pickle_function(func)
+        batches = encode_payloads(
+            items, _one_argument, kind=Kind.CALL, function=pickle_function(func), options=options,
+            what="argument", **self._encoding(len(items), options),
+        )
         claim = MapClaim(len(items))
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=claim.n, unit="task", desc="daskqueue")
-        blobs = []
-        size = self._chunk_size(len(items))
-        for lo in range(0, len(items), size):
-            chunk = items[lo : lo + size]
-            offsets, data = pack_payloads(
-                [(x,) for x in chunk], max_message_bytes=self.max_message_bytes, first_index=lo
-            )
-            group = Group(Kind.CALL, pickled.digest, type, priority, None, 0.0, len(chunk), offsets, data)
-            blobs.append(([group], {pickled.digest: pickled.data}, [range(lo, lo + len(chunk))]))
+        bar = _progress_bar(claim.n) if progress else None
         try:
-            self._send(blobs, claim=claim)
+            self._send(batches, claim=claim)
             deadline = None if timeout_s is None else started + timeout_s
-            return self._wait_map(
-                claim, bar=bar, deadline=deadline, timeout_s=timeout_s, errors=errors
-            )
+            return self._wait_map(claim, bar=bar, deadline=deadline, timeout_s=timeout_s, errors=errors)
         finally:
             self._collector.release(claim)
             if bar is not None:
@@ -358,7 +305,7 @@ class QueuePool:
     ) -> list[Any]:
         shown = 0
         while not claim.complete:
-            arrived = self._collector.poll()
+            arrived = self.poll_outcomes()
             # Checked on every pass, not only when nothing arrived: a long map that keeps
             # completing tasks must still time out.
             if not claim.complete and deadline is not None and time.monotonic() > deadline:
@@ -391,85 +338,41 @@ class QueuePool:
     def put_many(self, items: Iterable[Any], *, type: str | None = None, priority: int = 0,
                  key: str | None = None, delay_s: float = 0.0) -> list[int]:
         """Enqueue raw items (each pickled on its own) for a custom consumer; return their ids."""
-        self._check_open()
-        self._check_options(priority, delay_s, type, key)
+        options = self._put_options(type, priority, key, delay_s)
         items = list(items)
-        blobs = []
-        size = self._chunk_size(len(items))
-        for lo in range(0, len(items), size):
-            chunk = items[lo : lo + size]
-            offsets, data = pack_payloads(
-                chunk, max_message_bytes=self.max_message_bytes, what="item", first_index=lo
-            )
-            group = Group(Kind.RAW, None, type, priority, key, float(delay_s), len(chunk), offsets, data)
-            blobs.append(([group], {}, [range(lo, lo + len(chunk))]))
-        return self._send(blobs, n=len(items))
+        batches = encode_payloads(
+            items, None, kind=Kind.RAW, function=None, options=options, what="item",
+            **self._encoding(len(items), options),
+        )
+        return self._send(batches, n=len(items))
 
     # -- encoding and sending -----------------------------------------------------------------
 
-    def _submit_calls(
-        self,
-        calls: list[tuple[Any, tuple[Any, ...], dict[str, Any] | None]],
-        *,
-        type: str | None = None,
-        priority: int = 0,
-        key: str | None = None,
-        delay_s: float = 0.0,
-    ) -> list[int]:
+    def _put_options(self, type: str | None = None, priority: int = 0, key: str | None = None,
+                     delay_s: float = 0.0) -> PutOptions:
+        """The validated options of a submission; raises :class:`QueueClosedError` first if
+        the pool is closed."""
         self._check_open()
-        self._check_options(priority, delay_s, type, key)
-        blobs = []
-        functions: dict[Any, PickledFunction] = {}
-        size = self._chunk_size(len(calls))
-        for lo in range(0, len(calls), size):
-            blobs.append(self._encode_calls(calls, lo, size, functions, type, priority, key, float(delay_s)))
-        return self._send(blobs, n=len(calls))
+        # Durable queues store the priority in 32 bits.
+        check_number("priority", priority, integer=True, at_least=-(2**31), at_most=2**31 - 1)
+        check_number("delay_s", delay_s, at_least=0)
+        return PutOptions(check_optional_str("type", type), priority, check_optional_str("key", key),
+                          float(delay_s))
 
-    def _chunk_size(self, n: int) -> int:
-        """Messages per put: spread a call over every queue, at most ``put_batch_size`` each."""
-        return max(1, min(self.put_batch_size, -(-n // self.n_queues)))
+    def _encoding(self, n: int, options: PutOptions) -> dict[str, int]:
+        """The chunk size and message size limit of a submission of ``n`` messages (the
+        encoders' ``size`` and ``limit``)."""
+        return {
+            "size": chunk_size(n, n_queues=self.n_queues, put_batch_size=self.put_batch_size),
+            "limit": self.config.message_limit(options.type, options.key),
+        }
 
-    def _encode_calls(self, calls, lo, size, functions, type, priority, key, delay_s):  # type: ignore[no-untyped-def]
-        """One put blob's groups for ``calls[lo : lo + size]``, one group per kind and
-        function; also returns the input positions of each group's messages."""
-        by_group: dict[tuple[int, bytes], tuple[list[int], list[Any]]] = {}
-        funcs: dict[bytes, bytes] = {}
-        for i in range(lo, min(lo + size, len(calls))):
-            func, args, kwargs = calls[i]
-            fkey: Any = func if getattr(func, "__hash__", None) else id(func)
-            pickled = functions.get(fkey)
-            if pickled is None:
-                pickled = functions[fkey] = pickle_function(func, index=i if len(calls) > 1 else None)
-            funcs[pickled.digest] = pickled.data
-            kind = Kind.CALL_KW if kwargs else Kind.CALL
-            positions, payloads = by_group.setdefault((kind, pickled.digest), ([], []))
-            positions.append(i)
-            payloads.append((args, kwargs) if kwargs else args)
-        groups, positions_per_group = [], []
-        for (kind, digest), (positions, payloads) in by_group.items():
-            offsets, data = self._pack(payloads, positions, single=len(calls) == 1)
-            groups.append(Group(kind, digest, type, priority, key, delay_s, len(positions), offsets, data))
-            positions_per_group.append(positions)
-        return groups, funcs, positions_per_group
-
-    def _pack(self, payloads: list[Any], positions: list[int], *, single: bool) -> tuple[bytes, bytes]:
-        from daskqueue.errors import PayloadTooLargeError, SerializationError
-
-        try:
-            return pack_payloads(payloads, max_message_bytes=self.max_message_bytes)
-        except SerializationError as e:
-            index = None if single or e.index is None else positions[e.index]
-            where = "" if index is None else f" of task {index}"
-            raise SerializationError(f"cannot pickle the arguments{where}: {e.__cause__}", index=index) from e.__cause__
-        except PayloadTooLargeError as e:
-            index = None if single or e.index is None else positions[e.index]
-            raise PayloadTooLargeError(e.size, e.limit, index=index) from None
-
-    def _send(self, blobs: list[tuple[list[Group], dict[bytes, bytes], list[list[int]]]], *,
-              n: int = 0, claim: MapClaim | None = None) -> list[int]:
-        """Send every encoded batch (all encoded before any is sent), round-robin, concurrently."""
+    def _send(self, batches: list[PutBatch], *, n: int = 0, claim: MapClaim | None = None) -> list[int]:
+        """Send every encoded batch (all encoded before any is sent), round-robin, concurrently;
+        return the ids of the ``n`` messages by input position (with ``claim``, route their
+        results to it instead and return nothing)."""
         sends = []
-        for groups, funcs, positions in blobs:
+        for groups, funcs, positions in batches:
             q = next(self._rr) % self.n_queues
             # A function confirmed at a queue is not sent to it again.
             extra = {d: b for d, b in funcs.items() if d not in self._sent_funcs[q]}
@@ -488,7 +391,6 @@ class QueuePool:
                 else:
                     for k, p in enumerate(pos):
                         ids[p] = make_id(q, first_seq + k)
-            self.submitted += sum(g.count for g in groups)
         return ids
 
     def _call(self, q: int, method: str, *args: Any) -> Any:
@@ -528,16 +430,53 @@ class QueuePool:
         if self._closed:
             raise QueueClosedError(f"{self!r} is closed")
 
-    @staticmethod
-    def _check_options(priority: int, delay_s: float, type: str | None = None, key: str | None = None) -> None:
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ConfigurationError(f"priority must be an int, got {priority!r}")
-        if not -(2**31) <= priority < 2**31:
-            raise ConfigurationError(f"priority must fit in 32 bits (durable queues store it so), got {priority}")
-        _positive("delay_s", delay_s, allow_zero=True)
-        for name, value in (("type", type), ("key", key)):
-            if value is not None and not isinstance(value, str):
-                raise ConfigurationError(f"{name} must be a str or None, got {value!r}")
+    # -- outcomes -----------------------------------------------------------------------------
+    #
+    # The pool created the ids, so it owns what comes back for them: results ride on the
+    # consumers' acks into the queues, and a ResultCollector fetches them with a cursor per
+    # queue. Results of map() go to the map call that is waiting, not to results().
+
+    def poll_outcomes(self, *, wait_s: float = 0.0, queue_index: int | None = None) -> int:
+        """Fetch the results and dead letters the queues hold (one call per queue, or to queue
+        ``queue_index`` only); return how many arrived.
+
+        With ``wait_s``, a queue with nothing new holds the call until an outcome arrives or
+        ``wait_s`` passes (a long poll). Thread-safe: polls run one at a time. Raises
+        :class:`QueueLostError` for a queue whose worker is gone.
+        """
+        return self._collector.poll(wait_s=wait_s, queue_index=queue_index)
+
+    def results(self) -> dict[int, Any]:
+        """``{task_id: return value}`` of every task acked so far (fetched now; a copy)."""
+        self.poll_outcomes()
+        return dict(self._collector.results)
+
+    def failures(self) -> dict[int, RemoteTaskError]:
+        """``{task_id: RemoteTaskError}`` of every task dead-lettered so far (fetched now; a copy)."""
+        self.poll_outcomes()
+        return dict(self._collector.failures)
+
+    def result(self, task_id: int, timeout_s: float | None = None) -> Any:
+        """The return value of task ``task_id``, waiting for it (long-polling its queue).
+
+        Raises its :class:`RemoteTaskError` if it was dead-lettered, and
+        :class:`JoinTimeoutError` if it is not settled within ``timeout_s`` seconds.
+        """
+        check_number("task_id", task_id, integer=True, at_least=0)
+        queue_index, _ = split_id(task_id)
+        if queue_index >= self.n_queues:
+            raise ConfigurationError(f"task_id {task_id} names queue {queue_index}; {self!r} has {self.n_queues}")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            known, value = self._collector.outcome(task_id)
+            if known:
+                if isinstance(value, RemoteTaskError) and task_id in self._collector.failures:
+                    raise value
+                return value
+            left = defaults.RESULT_POLL_SLICE_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise JoinTimeoutError(timeout_s or 0.0, {"pending": 1})
+            self.poll_outcomes(wait_s=min(left, defaults.RESULT_POLL_SLICE_S), queue_index=queue_index)
 
     # -- inspection and lifetime ----------------------------------------------------------------
 

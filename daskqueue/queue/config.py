@@ -1,0 +1,113 @@
+"""``PoolConfig``: a queue pool's settings, validated once, from which its queue actors'
+arguments derive. The defaults live in ``daskqueue/defaults.py``; ``QueuePool`` documents them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from daskqueue import defaults
+from daskqueue.errors import ConfigurationError
+from daskqueue.messages import MAX_QUEUES
+from daskqueue.segment.format import CHUNK_HEADER, FILE_HEADER, LOG_RECORD_HEADER, PAYLOAD_OFFSET
+from daskqueue.validate import check_choice, check_number
+
+__all__ = ["PoolConfig", "Durability", "FsyncPolicy", "CHUNK_RECORD_OVERHEAD"]
+
+Durability = Literal["transient", "durable"]
+FsyncPolicy = Literal["always", "interval", "never"]
+
+#: Bytes of a log segment that a CHUNK record of one message takes besides the message's
+#: payload and the chunk's type and key strings: the segment's file header, the record header,
+#: the chunk header and the message's two payload offsets (``segment/FORMAT.md``).
+CHUNK_RECORD_OVERHEAD: int = (
+    FILE_HEADER.size + LOG_RECORD_HEADER.size + CHUNK_HEADER.size + 2 * PAYLOAD_OFFSET.size
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    """The settings of a ``QueuePool``; constructing one validates it (:meth:`validate`).
+
+    ``max_message_bytes`` is what the user asked for; :meth:`message_limit` is what a message
+    may really take (a durable queue's message must also fit in one log segment).
+    """
+
+    n_queues: int = 1
+    durability: Durability = "transient"
+    lease_timeout_s: float = defaults.LEASE_TIMEOUT_S
+    max_retries: int = defaults.MAX_RETRIES
+    retry_backoff_base_s: float = defaults.RETRY_BACKOFF_BASE_S
+    retry_backoff_max_s: float = defaults.RETRY_BACKOFF_MAX_S
+    max_message_bytes: int = defaults.MAX_MESSAGE_BYTES
+    put_batch_size: int = defaults.PUT_BATCH_MESSAGES
+    dirpath: str | None = None
+    fsync: FsyncPolicy = "interval"
+    fsync_interval_s: float = defaults.FSYNC_INTERVAL_S
+    max_segment_bytes: int = defaults.MAX_SEGMENT_BYTES
+    compact_index_bytes: int = defaults.COMPACT_INDEX_BYTES
+
+    @classmethod
+    def from_options(cls, n_queues: int = 1, *, dirpath: str | os.PathLike[str] | None = None,
+                     **options: Any) -> PoolConfig:
+        """The config of ``QueuePool(client, n_queues, **options)``, with ``dirpath`` made
+        absolute (the workers may not share the client's working directory). Raises
+        :class:`ConfigurationError` naming the first bad value."""
+        if dirpath is not None:
+            dirpath = os.path.abspath(os.fspath(dirpath))
+        return cls(n_queues, dirpath=dirpath, **options)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigurationError` naming the first bad value."""
+        check_number("n_queues", self.n_queues, integer=True, at_least=1, at_most=MAX_QUEUES)
+        check_choice("durability", self.durability, ("transient", "durable"))
+        if self.durability == "durable" and self.dirpath is None:
+            raise ConfigurationError("durability='durable' needs dirpath= (a directory the workers can see)")
+        if self.durability == "transient" and self.dirpath is not None:
+            raise ConfigurationError("dirpath= is only for durability='durable'")
+        check_choice("fsync", self.fsync, ("always", "interval", "never"))
+        check_number("fsync_interval_s", self.fsync_interval_s, above=0)
+        check_number("max_segment_bytes", self.max_segment_bytes, integer=True,
+                     at_least=defaults.MIN_SEGMENT_BYTES)
+        check_number("compact_index_bytes", self.compact_index_bytes, integer=True, above=0)
+        check_number("lease_timeout_s", self.lease_timeout_s, above=0)
+        check_number("max_retries", self.max_retries, integer=True, at_least=0)
+        check_number("retry_backoff_base_s", self.retry_backoff_base_s, at_least=0)
+        check_number("retry_backoff_max_s", self.retry_backoff_max_s, at_least=0)
+        check_number("max_message_bytes", self.max_message_bytes, integer=True, above=0)
+        check_number("put_batch_size", self.put_batch_size, integer=True, above=0)
+
+    def message_limit(self, type: str | None = None, key: str | None = None) -> int:
+        """The largest pickled payload one message of a put with this ``type`` and ``key`` may
+        have: ``max_message_bytes``, and for a durable queue what one log segment can hold
+        (a message's CHUNK record never spans segments)."""
+        if self.durability != "durable":
+            return self.max_message_bytes
+        strings = len((type or "").encode()) + len((key or "").encode())
+        return min(self.max_message_bytes, self.max_segment_bytes - CHUNK_RECORD_OVERHEAD - strings)
+
+    def queue_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of each queue actor (after its index, and a durable one's
+        directory)."""
+        kwargs: dict[str, Any] = dict(
+            lease_timeout_s=self.lease_timeout_s,
+            max_retries=self.max_retries,
+            retry_backoff_base_s=self.retry_backoff_base_s,
+            retry_backoff_max_s=self.retry_backoff_max_s,
+            max_message_bytes=self.message_limit(),
+        )
+        if self.durability == "durable":
+            kwargs.update(
+                fsync=self.fsync, fsync_interval_s=self.fsync_interval_s,
+                max_segment_bytes=self.max_segment_bytes, compact_index_bytes=self.compact_index_bytes,
+            )
+        return kwargs
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every setting, by name (what the pool actor holds)."""
+        return asdict(self)
