@@ -16,6 +16,7 @@ import os
 import time
 from typing import Callable, Literal
 
+from daskqueue import defaults
 from daskqueue.errors import (
     CorruptRecordError,
     CorruptStoreError,
@@ -46,7 +47,7 @@ logger = logging.getLogger("daskqueue")
 
 FsyncPolicy = Literal["always", "interval", "never"]
 
-MIN_SEGMENT_BYTES = 4096  # one page: a header and records of a useful size
+MIN_SEGMENT_BYTES = defaults.MIN_SEGMENT_BYTES  # one page: a header and records of a useful size
 
 
 class SegmentStore:
