@@ -192,3 +192,41 @@ def test_only_dasks_own_lost_worker_errors_count_as_a_lost_queue():
     assert is_lost_worker(RuntimeError("Worker holding Actor was lost.  Status: error"))
     assert not is_lost_worker(OSError(28, "No space left on device"))  # raised by the queue itself
     assert not is_lost_worker(RuntimeError("something else"))
+
+
+def test_the_queue_pool_owns_results_failures_and_waiting_for_one(pools):
+    qp = pools.queue(2)
+    ok = qp.batch_submit([(tasks.double, i) for i in range(10)])
+    bad = qp.submit(tasks.boom, 1)
+    cp = pools.consumer(qp, n_consumers=1)
+    cp.start()
+    assert qp.result(ok[3], timeout_s=60) == 6
+    with pytest.raises(RemoteTaskError):
+        qp.result(bad, timeout_s=60)
+    cp.join(timeout=60)
+    assert {i: qp.results()[i] for i in ok} == {i: 2 * k for k, i in enumerate(ok)}
+    assert list(qp.failures()) == [bad]
+    assert qp.poll_outcomes() == 0  # everything has been fetched already
+    assert cp.results() == qp.results() and cp.failures() == qp.failures()
+
+
+def test_result_of_an_id_from_another_pool_is_a_configuration_error(pools):
+    from daskqueue import make_id
+
+    qp = pools.queue(1)
+    with pytest.raises(ConfigurationError, match="task_id"):
+        qp.result(make_id(5, 0), timeout_s=1)
+
+
+def test_a_durable_pool_accepts_the_stores_minimum_segment_and_caps_messages_to_it(pools, tmp_path):
+    from daskqueue import defaults
+
+    with pytest.raises(ConfigurationError, match="max_segment_bytes"):
+        pools.queue(1, durability="durable", dirpath=tmp_path / "a", max_segment_bytes=defaults.MIN_SEGMENT_BYTES - 1)
+    qp = pools.queue(1, durability="durable", dirpath=tmp_path / "b", max_segment_bytes=defaults.MIN_SEGMENT_BYTES)
+    assert 0 < qp.max_message_bytes < defaults.MIN_SEGMENT_BYTES
+    qp.put(b"x" * 100)
+    with pytest.raises(PayloadTooLargeError):
+        qp.put(b"x" * defaults.MIN_SEGMENT_BYTES)
+    assert qp.stats()[0].total_put == 1
+
