@@ -60,3 +60,15 @@ FETCH_RETRY_S: float = 1.0
 #: Added to a queue sweeper's sleep until the next due time (lease deadline or delayed
 #: message), so that it wakes just after the time, when the message is due, not just before.
 DUE_WAKEUP_MARGIN_S: float = 0.001
+
+#: Elastic pools. How long the client waits for a consumer actor to start on a worker,
+#: for a call to a queue or consumer made while following the cluster, and for every
+#: consumer's ``stop``/``close`` together: all below the 30 s any public call may take
+#: after a worker dies.
+ACTOR_START_TIMEOUT_S: float = 20.0
+CONTROL_CALL_TIMEOUT_S: float = 10.0
+STOP_TIMEOUT_S: float = 25.0
+
+#: Consumers: where user code runs. ``"auto"`` runs a consumer's batches in a child process
+#: when its worker also holds a queue, ``"process"`` always, ``"thread"`` never.
+ISOLATION: str = "auto"

@@ -106,8 +106,8 @@ class QueueLostError(DaskQueueError):
         if durability == "durable":
             what = "its messages are on disk: open a new QueuePool on the same dirpath to recover them"
         elif lost_messages is not None:
-            what = (f"{lost_messages:,} of its messages (waiting, running, or done with results "
-                    "not yet fetched) are lost with it")
+            what = (f"{lost_messages:,} of its transient messages (waiting, running, or done "
+                    "with results not yet fetched) are lost with it")
         else:
             what = "its transient messages and unfetched results are lost with it"
         super().__init__(f"queue {queue_index} was lost with its worker {address}; {what}")

@@ -57,6 +57,9 @@ class ResultCollector:
         self._answer = answer
         self._cursors = [0] * n_queues
         self._dead_cursors = [0] * n_queues
+        #: Outcomes received per queue (results and final failures): a transient queue lost
+        #: with its worker lost the messages put there minus these.
+        self.settled = [0] * n_queues
         # Per queue: sorted first seqs of claimed groups, and (count, claim, first position).
         self._claim_starts: list[list[int]] = [[] for _ in range(n_queues)]
         self._claims: list[list[tuple[int, MapClaim, int]]] = [[] for _ in range(n_queues)]
@@ -95,8 +98,9 @@ class ResultCollector:
             n = 0
             for q, future in futures:
                 self._cursors[q], blob, self._dead_cursors[q], dead = self._answer(q, future)
-                n += self._take_results(pickle.loads(blob))
-                n += self._take_dead(q, dead)
+                got = self._take_results(pickle.loads(blob)) + self._take_dead(q, dead)
+                self.settled[q] += got
+                n += got
             return n
 
     def outcome(self, task_id: int) -> tuple[bool, Any]:

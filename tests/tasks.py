@@ -64,6 +64,19 @@ def getpid(_=None):
     return os.getpid()
 
 
+def pid_after(x, seconds):
+    """Sleep, then return ``(x, pid)``: which process ran it."""
+    time.sleep(seconds)
+    return x, os.getpid()
+
+
+def exit_if(x, bad):
+    """``2 * x``, except that ``x == bad`` kills its process, as an OOM kill or a segfault would."""
+    if x == bad:
+        os._exit(1)
+    return 2 * x
+
+
 class Unpicklable:
     def __reduce__(self):
         raise TypeError("this object refuses to be pickled")

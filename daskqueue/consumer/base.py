@@ -43,8 +43,6 @@ QUEUE_RETRY_S = 5.0
 #: this deadline otherwise.
 REMOTE_CALL_TIMEOUT_S = 20.0
 
-#: How long the fetch loop waits after fetching failed, before it tries again.
-FETCH_RETRY_S = 1.0
 
 Isolation = Literal["auto", "process", "thread"]
 
@@ -337,8 +335,8 @@ class ConsumerBase:
                 batch = None if self._stop_requested else await self._fetch()
             except Exception:
                 slots.release()
-                logger.exception("consumer %d: fetching failed; retrying in %g s", self.index, FETCH_RETRY_S)
-                await asyncio.sleep(FETCH_RETRY_S)
+                logger.exception("consumer %d: fetching failed; retrying in %g s", self.index, defaults.FETCH_RETRY_S)
+                await asyncio.sleep(defaults.FETCH_RETRY_S)
                 continue
             if batch is None:
                 slots.release()

@@ -1,44 +1,76 @@
-"""``ConsumerPool``: the client-side handle of a pool of consumer actors."""
+"""``ConsumerPool``: the client-side handle of a pool of consumer actors.
+
+The pool follows the cluster (see :mod:`daskqueue.membership`): a default pool keeps one
+consumer on every worker as workers join and leave; a pool of a fixed size re-places a
+consumer lost with its worker at once, on the least busy surviving worker. That work runs
+on the membership thread; the user's thread only reads a snapshot of the consumers, under
+the pool's lock.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any
 
+import cloudpickle
 from distributed import Client
 
 from daskqueue import defaults
-from daskqueue.consumer.base import ConsumerBase, ConsumerStats
+from daskqueue.consumer.base import ConsumerBase, ConsumerStats, Isolation
 from daskqueue.consumer.general import GeneralConsumer
-from daskqueue.errors import ConfigurationError, JoinTimeoutError, RemoteTaskError
-from daskqueue.queue.handles import is_lost_worker
+from daskqueue.errors import ConfigurationError, JoinTimeoutError, NoConsumersError, RemoteTaskError
+from daskqueue.membership import membership
 from daskqueue.queue.pool import QueuePool
-from daskqueue.validate import check_number
+from daskqueue.validate import check_choice, check_number
 
 __all__ = ["ConsumerPool"]
 
 logger = logging.getLogger("daskqueue")
 
 
-class ConsumerPool:
-    """``n_consumers`` consumer actors working on the queues of ``queue_pool``.
+@dataclass(eq=False)
+class _Member:
+    """One consumer actor: its index (home queue ``index mod n_queues``), future and handle."""
 
-    Consumer ``i`` lives on worker ``i mod n_workers`` and calls queue ``i mod n_queues`` its
-    home; when the home queue is empty it takes work from the others, so every queue drains
-    even with fewer consumers than queues.
+    index: int
+    future: Any
+    handle: Any
+
+    @property
+    def address(self) -> str:
+        return self.handle._address
+
+
+class ConsumerPool:
+    """Consumer actors working on the queues of ``queue_pool``.
+
+    Each consumer calls queue ``index mod n_queues`` its home; when the home queue is empty
+    it takes work from the others, so every queue drains even with fewer consumers than
+    queues.
 
     Parameters (keyword-only after ``queue_pool``):
 
     * ``ConsumerClass``: a :class:`ConsumerBase` subclass (default :class:`GeneralConsumer`).
-    * ``n_consumers``: default one per worker.
+    * ``n_consumers``: ``None`` (default) keeps one consumer on every worker, as workers join
+      and leave; a number keeps that many, spread over the workers, re-placing one lost with
+      its worker at once.
     * ``batch_size``: messages per fetch; ``None`` (default) adapts it to about
-      ``target_batch_s`` (50 ms) of work per batch, from 32 up to ``max_batch_size``.
+      ``target_batch_s`` (50 ms) of work per batch, up to ``max_batch_size``.
     * ``max_concurrency`` (default 1): threads per consumer running items; at most this many
       batches run and at most ``prefetch_batches`` (default 1) more wait, per consumer.
     * ``early_ack`` (default False): ack a batch as soon as it is fetched. Faster settlement,
       but a crash loses the batch and failures are not retried (at-most-once).
+    * ``isolation``: where user code runs: ``"auto"`` (default) in a child process for a
+      consumer whose worker also holds a queue (a task that kills its process then costs
+      only itself), on threads otherwise; ``"process"`` always; ``"thread"`` never.
     * ``consumer_kwargs``: extra keyword arguments for ``ConsumerClass``.
+
+    Thread safety: the pool's methods may be called from one user thread while the pool
+    follows the cluster on its own thread.
     """
 
     def __init__(
@@ -55,104 +87,202 @@ class ConsumerPool:
         idle_poll_s: float = defaults.IDLE_POLL_S,
         target_batch_s: float = defaults.TARGET_BATCH_S,
         max_batch_size: int = defaults.MAX_BATCH_SIZE,
+        isolation: Isolation = defaults.ISOLATION,  # type: ignore[assignment]
         consumer_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(queue_pool, QueuePool):
             raise ConfigurationError(f"queue_pool must be a QueuePool, got {type(queue_pool).__name__}")
         if not (isinstance(ConsumerClass, type) and issubclass(ConsumerClass, ConsumerBase)):
             raise ConfigurationError(f"ConsumerClass must subclass ConsumerBase, got {ConsumerClass!r}")
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
-        if n_consumers is None:
-            n_consumers = max(1, len(workers))
-        check_number("n_consumers", n_consumers, integer=True, at_least=1)
+        check_number("n_consumers", n_consumers, integer=True, at_least=1, none_ok=True)
         check_number("max_concurrency", max_concurrency, integer=True, at_least=1)
         check_number("prefetch_batches", prefetch_batches, integer=True, at_least=0)
         check_number("max_batch_size", max_batch_size, integer=True, at_least=1)
         check_number("batch_size", batch_size, integer=True, at_least=1, none_ok=True)
         check_number("idle_poll_s", idle_poll_s, above=0)
         check_number("target_batch_s", target_batch_s, above=0)
+        check_choice("isolation", isolation, ("auto", "process", "thread"))
         self.client = client
         self.queue_pool = queue_pool
         self.ConsumerClass = ConsumerClass
-        self.n_consumers = n_consumers
+        self.per_worker = n_consumers is None
         self.early_ack = early_ack
-        options = dict(
-            batch_size=batch_size,
-            max_concurrency=max_concurrency,
-            prefetch_batches=prefetch_batches,
-            early_ack=early_ack,
-            lease_timeout_s=queue_pool.lease_timeout_s,
-            idle_poll_s=idle_poll_s,
-            target_batch_s=target_batch_s,
-            max_batch_size=max_batch_size,
-            **(consumer_kwargs or {}),
+        self.isolation = isolation
+        self._options = dict(
+            batch_size=batch_size, max_concurrency=max_concurrency, prefetch_batches=prefetch_batches,
+            early_ack=early_ack, lease_timeout_s=queue_pool.lease_timeout_s, idle_poll_s=idle_poll_s,
+            target_batch_s=target_batch_s, max_batch_size=max_batch_size, **(consumer_kwargs or {}),
         )
-        self._options = options
-        self._futures = [
-            self._spawn(i, workers=[workers[i % len(workers)]]) for i in range(n_consumers)
-        ]
-        self.consumers = [f.result() for f in self._futures]
-        self.replaced = 0
+        self._lock = threading.RLock()
+        self._members: list[_Member] = []
+        self._next_index = 0
         self._started = False
+        self._closed = False
+        self.replaced = 0
+        self._membership = membership(client)
+        workers = sorted(self._membership.workers)
+        if not workers:
+            raise ConfigurationError("the client's cluster has no workers")
+        count = len(workers) if n_consumers is None else n_consumers
+        futures = [self._spawn(workers[i % len(workers)], strict=self.per_worker) for i in range(count)]
+        self._members = [self._await_member(i, f) for i, f in futures]
+        self._membership.add_listener(self)
+        queue_pool._attach(self)
 
-    def _spawn(self, i: int, *, workers: list[str] | None = None) -> Any:
-        return self.client.submit(
-            self.ConsumerClass, i, self.queue_pool.queues, home=i % self.queue_pool.n_queues,
-            **self._options, actor=True, pure=False, workers=workers,
-            allow_other_workers=workers is not None,
+    # -- consumers: creation, placement -------------------------------------------------------
+
+    @property
+    def n_consumers(self) -> int:
+        return len(self._members)
+
+    @property
+    def consumers(self) -> list[Any]:
+        """The consumer actors' handles (a snapshot: the pool changes as workers come and go)."""
+        with self._lock:
+            return [m.handle for m in self._members]
+
+    def _spawn(self, worker: str, *, strict: bool) -> tuple[int, Any]:
+        """Submit a consumer actor for ``worker`` (only there if ``strict``); its index and future."""
+        index, self._next_index = self._next_index, self._next_index + 1
+        options = dict(self._options, isolation=self.isolation, child_spec=self._child_spec(index))
+        future = self.client.submit(
+            self.ConsumerClass, index, self.queue_pool.queues, home=index % self.queue_pool.n_queues,
+            **options, actor=True, pure=False, workers=[worker], allow_other_workers=not strict,
         )
+        return index, future
 
-    def _lost(self) -> list[int]:
-        """Indices of the consumers whose worker died (as far as Dask knows)."""
-        return [i for i, f in enumerate(self._futures) if f.status != "finished"]
+    def _child_spec(self, index: int) -> bytes | None:
+        """What builds consumer ``index``'s twin in a child process (None: threads only)."""
+        if self.isolation == "thread":
+            return None
+        kwargs = dict(self._options, home=index % self.queue_pool.n_queues, isolation="thread")
+        try:
+            return cloudpickle.dumps((self.ConsumerClass, (index, [None] * self.queue_pool.n_queues), kwargs))
+        except Exception as e:
+            logger.warning("%s cannot be pickled for a child process (%s); its consumers run "
+                           "batches on threads", self.ConsumerClass.__name__, e)
+            return None
 
-    def _replace_lost(self) -> int:
-        """Start a replacement for every consumer whose worker died; return how many."""
-        lost = self._lost()
-        for i in lost:
-            logger.warning("consumer %d was lost with its worker; starting a replacement", i)
-            self._futures[i] = self._spawn(i)
-            self.consumers[i] = self._futures[i].result()
+    def _await_member(self, index: int, future: Any) -> _Member:
+        try:
+            handle = future.result(timeout=defaults.ACTOR_START_TIMEOUT_S)
+        except BaseException:
+            future.release()
+            raise
+        return _Member(index, future, handle)
+
+    def _add(self, worker: str, *, strict: bool) -> None:
+        """Start one more consumer for ``worker`` (started if the pool is); log a failure."""
+        index, future = self._spawn(worker, strict=strict)
+        try:
+            member = self._await_member(index, future)
             if self._started:
-                self.consumers[i].start().result()
-        self.replaced += len(lost)
-        return len(lost)
+                member.handle.start().result(timeout=defaults.ACTOR_START_TIMEOUT_S)
+        except Exception as e:
+            logger.warning("could not start consumer %d on %s: %s", index, worker, e)
+            return
+        with self._lock:
+            self._members.append(member)
+
+    def _least_busy_worker(self, workers: set[str]) -> str | None:
+        with self._lock:
+            load = {w: 0 for w in workers}
+            for m in self._members:
+                if m.address in load:
+                    load[m.address] += 1
+        return min(sorted(load), key=load.__getitem__) if load else None
+
+    # -- following the cluster (membership thread) --------------------------------------------
+
+    def on_membership(self, joined: set[str], left: set[str]) -> None:
+        """Workers joined or left: forget consumers lost with theirs (their leases were taken
+        back by the queue pool), tell the others, and keep the pool at strength."""
+        if self._closed:
+            return
+        with self._lock:
+            lost = [m for m in self._members if m.address in left]
+            self._members = [m for m in self._members if m.address not in left]
+            alive = list(self._members)
+        if left:
+            self._tell(alive, "workers_lost", sorted(left))
+        for m in lost:
+            logger.warning("consumer %d was lost with its worker %s", m.index, m.address)
+            m.future.release()
+        if self.per_worker:
+            for worker in sorted(joined):
+                self._add(worker, strict=True)
+        else:
+            for _ in lost:
+                worker = self._least_busy_worker(self._membership.workers)
+                if worker is not None:
+                    self._add(worker, strict=False)
+                    self.replaced += 1
+
+    @staticmethod
+    def _tell(members: list[_Member], method: str, *args: Any) -> None:
+        futures = [(m, getattr(m.handle, method)(*args)) for m in members]
+        for m, f in futures:
+            try:
+                f.result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
+            except Exception as e:
+                logger.warning("consumer %d: %s failed: %s", m.index, method, e)
+
+    # -- representation -----------------------------------------------------------------------
 
     def __repr__(self) -> str:
         state = "started" if self._started else "stopped"
-        return f"<ConsumerPool: {self.n_consumers} x {self.ConsumerClass.__name__} ({state})>"
+        size = "one per worker" if self.per_worker else "fixed"
+        return f"<ConsumerPool: {self.n_consumers} x {self.ConsumerClass.__name__} ({size}, {state})>"
 
     def _repr_html_(self) -> str:
         return f"<div><strong>ConsumerPool</strong>: {self.n_consumers} x {self.ConsumerClass.__name__}</div>"
 
     # -- lifetime -----------------------------------------------------------------------------
 
+    def _live(self) -> list[_Member]:
+        """The consumers not known to be lost (Dask's view; membership may be a moment behind)."""
+        with self._lock:
+            return [m for m in self._members if m.future.status == "finished"]
+
+    def _call_all(self, method: str) -> list[str]:
+        """``method()`` on every live consumer, concurrently, all within ``STOP_TIMEOUT_S``;
+        return the failures, as text (a lost consumer must not stop the others)."""
+        deadline = time.monotonic() + defaults.STOP_TIMEOUT_S
+        futures = [(m, getattr(m.handle, method)()) for m in self._live()]
+        failed = []
+        for m, f in futures:
+            try:
+                f.result(timeout=max(0.0, deadline - time.monotonic()))
+            except (Exception, FutureTimeout) as e:
+                failed.append(f"consumer {m.index} on {m.address}: {type(e).__name__}: {e}")
+        return failed
+
     def start(self) -> None:
-        """Start every consumer (idempotent)."""
-        self._replace_lost()
-        for f in [c.start() for c in self.consumers]:
-            f.result()
+        """Start every consumer (idempotent). Consumers that join later start on their own."""
         self._started = True
+        failed = self._call_all("start")
+        if failed:
+            logger.warning("starting consumers failed: %s", failed)
 
     def cancel(self) -> None:
         """Stop every consumer: running items finish, fetched-but-unstarted ones are released
-        back to their queues, every fetched batch is settled. ``start()`` resumes."""
-        self._replace_lost()
-        for f in [c.stop() for c in self.consumers]:
-            f.result()
+        back to their queues, every fetched batch is settled. ``start()`` resumes. Returns
+        within ``STOP_TIMEOUT_S`` (25 s) even if workers died."""
         self._started = False
+        failed = self._call_all("stop")
+        if failed:
+            logger.warning("stopping consumers failed: %s", failed)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until every message in the pool's queues is settled (acked or dead-lettered)
         and no consumer holds work; fetch results on the way.
 
-        Raises :class:`JoinTimeoutError` with the counts after ``timeout`` seconds.
+        Raises :class:`JoinTimeoutError` with the counts after ``timeout`` seconds,
+        :class:`NoConsumersError` if work is pending and this pool is not started, and
+        :class:`QueueLostError` once a transient queue's worker is known dead.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            # Work held by a lost consumer comes back to its queue; a replacement keeps the
-            # pool at strength for it (joining is an action, unlike stats()).
-            self._replace_lost()
             self.queue_pool.poll_outcomes()
             # Queues first, then consumers: with early ack a message leaves the queue before
             # it runs, and it is counted by its consumer from before it leaves the queue.
@@ -162,26 +292,27 @@ class ConsumerPool:
             if pending == 0 and inflight == 0:
                 self.queue_pool.poll_outcomes()
                 return
+            if not self._started:
+                raise NoConsumersError(f"{pending:,} messages are pending and {self!r} is not "
+                                       "started: call start() first")
             if deadline is not None and time.monotonic() > deadline:
-                counts = {
-                    "ready": sum(s.ready for s in qstats),
-                    "delayed": sum(s.delayed for s in qstats),
-                    "leased": sum(s.leased for s in qstats),
-                    "acked": sum(s.total_acked for s in qstats),
-                    "dead": sum(s.dead for s in qstats),
-                    "running_in_consumers": inflight,
-                }
-                raise JoinTimeoutError(timeout or 0.0, counts)
+                raise JoinTimeoutError(timeout or 0.0, _join_counts(qstats, inflight))
             time.sleep(defaults.POLL_INTERVAL_S)
 
     def close(self) -> None:
-        """Stop every consumer and shut its threads down."""
-        for f in [c.close() for c in self.consumers]:
-            try:
-                f.result()
-            except Exception as e:
-                logger.warning("closing a consumer failed: %s", e)
+        """Stop every consumer and end its threads and child process. Returns within
+        ``STOP_TIMEOUT_S`` (25 s) even if workers died. Idempotent."""
+        self._closed = True
+        self._membership.remove_listener(self)
+        failed = self._call_all("close")
+        if failed:
+            logger.warning("closing consumers failed: %s", failed)
         self._started = False
+
+    @property
+    def running(self) -> bool:
+        """Whether the pool is started and not closed (what ``QueuePool.map`` asks)."""
+        return self._started and not self._closed
 
     # -- outcomes -----------------------------------------------------------------------------
 
@@ -205,19 +336,25 @@ class ConsumerPool:
         return self.queue_pool.failures()
 
     def stats(self) -> list[ConsumerStats]:
-        """A :class:`ConsumerStats` per live consumer, in consumer order (see each one's
-        ``index``). A consumer whose worker died is left out with a warning; ``start()``,
-        ``cancel()`` and ``join()`` replace it. Starts nothing."""
-        lost = set(self._lost())
-        calls = [(i, c.stats()) for i, c in enumerate(self.consumers) if i not in lost]
+        """A :class:`ConsumerStats` per live consumer, in the order of :attr:`consumers`.
+        A consumer whose worker died is left out (the pool replaces it on its own). Starts
+        nothing; bounded by ``CONTROL_CALL_TIMEOUT_S`` per call."""
+        calls = [(m, m.handle.stats()) for m in self._live()]
         out = []
-        for i, future in calls:
+        for m, future in calls:
             try:
-                out.append(future.result())
-            except Exception as e:
-                if not is_lost_worker(e):
-                    raise
-                lost.add(i)  # died since Dask last said
-        if lost:
-            logger.warning("consumers %s were lost with their workers; stats leave them out", sorted(lost))
+                out.append(future.result(timeout=defaults.CONTROL_CALL_TIMEOUT_S))
+            except (Exception, FutureTimeout) as e:
+                logger.warning("consumer %d on %s left out of stats: %s", m.index, m.address, e)
         return out
+
+
+def _join_counts(qstats: list[Any], inflight: int) -> dict[str, int]:
+    return {
+        "ready": sum(s.ready for s in qstats),
+        "delayed": sum(s.delayed for s in qstats),
+        "leased": sum(s.leased for s in qstats),
+        "acked": sum(s.total_acked for s in qstats),
+        "dead": sum(s.dead for s in qstats),
+        "running_in_consumers": inflight,
+    }

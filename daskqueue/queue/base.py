@@ -157,7 +157,7 @@ class QueueActorBase:
         assert self._timer_changed is not None
         wakeup = self._core.next_wakeup()
         self._sweep_at = wakeup
-        timeout = None if wakeup is None else max(0.0, wakeup - self._now()) + 0.001
+        timeout = None if wakeup is None else max(0.0, wakeup - self._now()) + defaults.DUE_WAKEUP_MARGIN_S
         chore = self._housekeeping_due_in()
         if chore is not None:
             timeout = chore if timeout is None else min(timeout, chore)

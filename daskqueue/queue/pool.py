@@ -1,7 +1,11 @@
 """``QueuePool``: the client-side handle of a pool of queue actors.
 
-The handle caches the queue actors' handles and sends batches straight to them, round-robin;
-the pool actor (control plane) is asked once, at creation.
+The handle holds the routing table (the queue actors' handles, in routing order) and sends
+batches straight to the queues, round-robin. It follows the cluster (see
+:mod:`daskqueue.membership`): when a worker dies, every surviving queue takes back at once
+the leases of the consumers that died with it, and a queue that died with it is known lost,
+so every call that needs it raises :class:`QueueLostError` at once instead of waiting on a
+dead address.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import logging
 import os
 import time
 import uuid
+import weakref
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from distributed import Client
@@ -20,6 +25,7 @@ from daskqueue import defaults
 from daskqueue.errors import (
     ConfigurationError,
     JoinTimeoutError,
+    NoConsumersError,
     QueueClosedError,
     QueueLostError,
     RemoteTaskError,
@@ -39,10 +45,10 @@ from daskqueue.queue.encode import (
     encode_uniform,
 )
 from daskqueue.queue.handles import LOST_CHECK_S, actor_lost, direct_handles, is_lost_worker
-from daskqueue.queue.pool_actor import QueuePoolActor
 from daskqueue.queue.transient import TransientQueue
 from daskqueue.results import MapClaim, ResultCollector
 from daskqueue.serialize import encode_put, pickle_function
+from daskqueue.membership import membership
 from daskqueue.validate import check_choice, check_number, check_optional_str
 
 __all__ = ["QueuePool"]
@@ -138,37 +144,37 @@ class QueuePool:
         )
         self.client = client
         self.name = check_optional_str("name", name) or f"queuepool-{uuid.uuid4().hex[:8]}"
-        self._actor, queues = self._start_actors()
+        self._membership = membership(client)
+        queues = self._start_queues()
         if direct_to_workers is None:
             direct_to_workers = client.direct_to_workers
         self.queues = direct_handles(queues, direct=direct_to_workers)
         self._rr = itertools.count()
         self._sent_funcs: list[set[bytes]] = [set() for _ in range(self.n_queues)]
         self._collector = ResultCollector(self.n_queues, self._call, self._answer)
+        self._put_counts = [0] * self.n_queues
+        self._lost: dict[int, str] = {}  # queue index -> the address it was lost with
+        self._consumer_pools: weakref.WeakSet[Any] = weakref.WeakSet()
         self._closed = False
+        self._membership.add_listener(self)
         logger.info("%r started", self)
 
-    def _start_actors(self) -> tuple[Any, list[Any]]:
-        """Start the pool actor and the queue actors (queue ``i`` preferably on worker
-        ``i mod n_workers``); return them once the queues are registered with the pool actor."""
-        workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+    def _start_queues(self) -> list[Any]:
+        """Start the queue actors: queue ``i`` on worker ``i mod n_workers``, only there when
+        there are at least as many workers as queues (so no two share a worker)."""
+        workers = sorted(self._membership.workers)
         if not workers:
             raise ConfigurationError("the client's cluster has no workers")
         queue_class, queue_args = self._queue_actor_args()
-        self._pool_future = self.client.submit(
-            QueuePoolActor, self.name, self.config.as_dict(), actor=True, pure=False
-        )
+        spread = len(workers) >= self.n_queues
         self._queue_futures = [
             self.client.submit(
                 queue_class, *args, **self.config.queue_kwargs(), actor=True, pure=False,
-                workers=[workers[i % len(workers)]], allow_other_workers=True,
+                workers=[workers[i % len(workers)]], allow_other_workers=not spread,
             )
             for i, args in enumerate(queue_args)
         ]
-        actor = self._pool_future.result()
-        queues = _results_or_raise(self._queue_futures)
-        actor.register(queues).result()
-        return actor, queues
+        return _results_or_raise(self._queue_futures)
 
     def _queue_actor_args(self) -> tuple[type, list[tuple[Any, ...]]]:
         """The queue actor class and each queue's positional arguments; prepares a durable
@@ -277,6 +283,9 @@ class QueuePool:
         """
         check_choice("errors", errors, ("raise", "return"))
         options = self._put_options(type, priority)
+        if not any(cp.running for cp in self._consumer_pools):
+            raise NoConsumersError(f"map() needs a started ConsumerPool on {self!r}: create one "
+                                   "and call start() first")
         started = time.monotonic()
         items = list(iterable)
         batches = encode_payloads(
@@ -380,6 +389,7 @@ class QueuePool:
         ids = [0] * n
         for q, groups, positions, future in sends:
             allocated = self._answer(q, future)
+            self._put_counts[q] += sum(g.count for g in groups)
             self._sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
             for (first_seq, count), pos in zip(allocated, positions):
                 if claim is not None:
@@ -396,6 +406,8 @@ class QueuePool:
     def _call(self, q: int, method: str, *args: Any) -> Any:
         """Call ``method`` of queue ``q``; its future. Dask refuses a call to an actor whose
         worker it knows to be dead right here, so that is translated too."""
+        if q in self._lost:
+            raise self._lost_error(q)
         try:
             return getattr(self.queues[q], method)(*args)
         except Exception as e:
@@ -415,8 +427,8 @@ class QueuePool:
             except TimeoutError as e:
                 if future.done():
                     raise
-                if actor_lost(self.queues[q]):
-                    raise QueueLostError(q, self.queues[q]._address, self.durability) from e
+                if q in self._lost or actor_lost(self.queues[q]):
+                    raise self._lost_error(q) from e
             except Exception as e:
                 self._raise_if_lost(q, e)
                 raise
@@ -424,7 +436,38 @@ class QueuePool:
     def _raise_if_lost(self, q: int, error: BaseException) -> None:
         """Raise :class:`QueueLostError` from ``error`` if it says queue ``q``'s worker is gone."""
         if is_lost_worker(error):
-            raise QueueLostError(q, self.queues[q]._address, self.durability) from error
+            raise self._lost_error(q) from error
+
+    def _lost_error(self, q: int) -> QueueLostError:
+        """The error for lost queue ``q``; a transient one's says how many messages went
+        with it (put there, and no outcome received by this client)."""
+        lost = None
+        if self.durability == "transient":
+            lost = max(0, self._put_counts[q] - self._collector.settled[q])
+        return QueueLostError(q, self.queues[q]._address, self.durability, lost)
+
+    # -- following the cluster (the membership thread) ----------------------------------------
+
+    def _attach(self, consumer_pool: Any) -> None:
+        """A ``ConsumerPool`` works on this pool (``map`` checks one is running)."""
+        self._consumer_pools.add(consumer_pool)
+
+    def on_membership(self, joined: set[str], left: set[str]) -> None:
+        """Workers left: the queues there are lost; every other queue takes back at once the
+        leases of the consumers that were there (an attempt each)."""
+        if not left or self._closed:
+            return
+        for q, handle in enumerate(self.queues):
+            if handle._address in left and q not in self._lost:
+                self._lost[q] = handle._address
+                logger.error("queue %d of %r was lost with its worker %s", q, self, handle._address)
+        futures = [(q, self.queues[q].workers_lost(sorted(left)))
+                   for q in range(self.n_queues) if q not in self._lost]
+        for q, f in futures:
+            try:
+                f.result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
+            except Exception as e:
+                logger.warning("queue %d could not take back the leases of lost workers: %s", q, e)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -494,11 +537,14 @@ class QueuePool:
         if self._closed:
             return
         self._closed = True
-        for f in [q.close() for q in self.queues]:
+        self._membership.remove_listener(self)
+        deadline = time.monotonic() + defaults.STOP_TIMEOUT_S
+        futures = [(i, q.close()) for i, q in enumerate(self.queues) if i not in self._lost]
+        for i, f in futures:
             try:
-                f.result()
+                f.result(timeout=max(0.0, deadline - time.monotonic()))
             except Exception as e:  # a dead worker must not stop the others closing
-                logger.warning("closing a queue failed: %s", e)
+                logger.warning("closing queue %d failed: %s: %s", i, type(e).__name__, e)
         logger.info("%r closed", self)
 
     def __enter__(self) -> QueuePool:
