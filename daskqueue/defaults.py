@@ -66,6 +66,8 @@ DUE_WAKEUP_MARGIN_S: float = 0.001
 #: consumer's ``stop``/``close`` together: all below the 30 s any public call may take
 #: after a worker dies.
 ACTOR_START_TIMEOUT_S: float = 20.0
+#: Queue actors may take longer to start: a durable one recovers its directory first.
+QUEUE_START_TIMEOUT_S: float = 600.0
 CONTROL_CALL_TIMEOUT_S: float = 10.0
 STOP_TIMEOUT_S: float = 25.0
 

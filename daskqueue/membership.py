@@ -64,10 +64,16 @@ class Membership:
         self._listeners: list[weakref.ref[Any]] = []
         self._lock = threading.Lock()
         self._stopped = False
-        client.register_plugin(MembershipPlugin())
+        topic = TOPIC
+        try:
+            client.register_plugin(MembershipPlugin())
+        except Exception as e:  # e.g. daskqueue is not installed where the scheduler runs
+            logger.warning("daskqueue: cannot register the membership plugin on the scheduler "
+                           "(%s); following the scheduler's 'all' events instead", e)
+            topic = "all"
         # Subscribe first, then read the list: a change in between is seen by both, never
         # by neither.
-        client.subscribe_topic(TOPIC, self._events.put)
+        client.subscribe_topic(topic, self._events.put)
         self.workers: set[str] = self._scheduler_workers()
         self._thread = threading.Thread(target=self._run, name="daskqueue-membership", daemon=True)
         self._thread.start()
@@ -117,7 +123,8 @@ class Membership:
         """Diff the scheduler's list with the last one; a worker that left and came back
         on the same address between two looks still counts as having left."""
         now = self._scheduler_workers()
-        said_left = {msg["worker"] for _, msg in events if msg.get("action") == "leave"}
+        said_left = {msg["worker"] for _, msg in events
+                     if isinstance(msg, dict) and msg.get("action") in ("leave", "remove-worker")}
         left = (self.workers - now) | (said_left & self.workers)
         joined = (now - self.workers) | (said_left & now)
         self.workers = now

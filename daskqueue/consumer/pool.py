@@ -278,7 +278,8 @@ class ConsumerPool:
         and no consumer holds work; fetch results on the way.
 
         Raises :class:`JoinTimeoutError` with the counts after ``timeout`` seconds,
-        :class:`NoConsumersError` if work is pending and this pool is not started, and
+        :class:`NoConsumersError` if work is pending and no consumer pool of the queue pool
+        is started, and
         :class:`QueueLostError` once a transient queue's worker is known dead.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -292,9 +293,9 @@ class ConsumerPool:
             if pending == 0 and inflight == 0:
                 self.queue_pool.poll_outcomes()
                 return
-            if not self._started:
-                raise NoConsumersError(f"{pending:,} messages are pending and {self!r} is not "
-                                       "started: call start() first")
+            if not self.queue_pool._has_running_consumers():
+                raise NoConsumersError(f"{pending:,} messages are pending and no consumer pool "
+                                       f"of {self.queue_pool!r} is started: call start() first")
             if deadline is not None and time.monotonic() > deadline:
                 raise JoinTimeoutError(timeout or 0.0, _join_counts(qstats, inflight))
             time.sleep(defaults.POLL_INTERVAL_S)

@@ -55,10 +55,13 @@ __all__ = ["QueuePool"]
 
 logger = logging.getLogger("daskqueue")
 
+
 def _results_or_raise(futures: list[Any]) -> list[Any]:
-    """Results of all futures; if any failed, release the others and raise the first error."""
+    """Results of all futures; if any failed (or did not start within
+    ``QUEUE_START_TIMEOUT_S``), release the others and raise the first error."""
+    deadline = time.monotonic() + defaults.QUEUE_START_TIMEOUT_S
     try:
-        return [f.result() for f in futures]
+        return [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
     except BaseException:
         for f in futures:
             f.release()
@@ -283,7 +286,7 @@ class QueuePool:
         """
         check_choice("errors", errors, ("raise", "return"))
         options = self._put_options(type, priority)
-        if not any(cp.running for cp in self._consumer_pools):
+        if not self._has_running_consumers():
             raise NoConsumersError(f"map() needs a started ConsumerPool on {self!r}: create one "
                                    "and call start() first")
         started = time.monotonic()
@@ -451,6 +454,9 @@ class QueuePool:
     def _attach(self, consumer_pool: Any) -> None:
         """A ``ConsumerPool`` works on this pool (``map`` checks one is running)."""
         self._consumer_pools.add(consumer_pool)
+
+    def _has_running_consumers(self) -> bool:
+        return any(cp.running for cp in list(self._consumer_pools))
 
     def on_membership(self, joined: set[str], left: set[str]) -> None:
         """Workers left: the queues there are lost; every other queue takes back at once the
