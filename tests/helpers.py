@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import signal
 import time
 from typing import Any, Awaitable, Callable
 
@@ -38,3 +40,9 @@ def _describe(predicate: Callable[..., Any]) -> str:
         return inspect.getsource(predicate).strip()
     except (OSError, TypeError):
         return repr(predicate)
+
+
+def kill_worker(client: Any, address: str) -> None:
+    """SIGKILL the process of the worker at ``address``, as the OOM killer or preemption would."""
+    pid = client.run(os.getpid, workers=[address])[address]
+    os.kill(pid, signal.SIGKILL)

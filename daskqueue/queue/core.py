@@ -422,13 +422,18 @@ class QueueCore:
             lease = self._leases.get(lease_id)
             if lease is None or lease.deadline != deadline:
                 continue  # settled already, or extended (a later heap entry stands for it)
-            del self._leases[lease_id]
-            self._n.leased -= lease.count
             self._n.total_expired += lease.count
-            for span in lease.spans:
-                self._fail(span, LEASE_EXPIRED, now)
-            n += lease.count
+            n += self._end_lease(lease_id, LEASE_EXPIRED, now)
         return n
+
+    def _end_lease(self, lease_id: int, error: bytes, now: float) -> int:
+        """Drop a live lease whose messages did not run to an outcome: each fails with
+        ``error`` (retried or dead-lettered). Its deadline heap entry goes stale."""
+        lease = self._leases.pop(lease_id)
+        self._n.leased -= lease.count
+        for span in lease.spans:
+            self._fail(span, error, now)
+        return lease.count
 
     def take_back(self, owners: set[str] | frozenset[str], error: bytes, *, now: float) -> int:
         """End every lease held by one of ``owners`` (their process died) as if it had
@@ -439,12 +444,8 @@ class QueueCore:
         redelivered forever (Dask's ``KilledWorker`` does the same for tasks)."""
         n = 0
         for lease_id in [i for i, lease in self._leases.items() if lease.owner in owners]:
-            lease = self._leases.pop(lease_id)  # its deadline heap entry is stale from now on
-            self._n.leased -= lease.count
-            self._n.total_taken_back += lease.count
-            for span in lease.spans:
-                self._fail(span, error, now)
-            n += lease.count
+            n += self._end_lease(lease_id, error, now)
+        self._n.total_taken_back += n
         return n
 
     def lease(self, lease_id: int) -> Lease | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
 import time
 from collections import Counter
 
@@ -15,7 +14,7 @@ from distributed import Client, LocalCluster
 from daskqueue import ConsumerPool, QueuePool
 from daskqueue.errors import NoConsumersError, QueueLostError
 from tests import tasks
-from tests.helpers import wait_until
+from tests.helpers import kill_worker, wait_until
 
 #: The bound the pools promise for any public call after a worker dies.
 BOUND_S = 30.0
@@ -36,11 +35,6 @@ def cluster_factory():
     for cluster, client in reversed(made):
         client.close()
         cluster.close()
-
-
-def kill_worker(client, address):
-    pid = client.run(os.getpid, workers=[address])[address]
-    os.kill(pid, signal.SIGKILL)
 
 
 def live_consumers(cp):
@@ -138,8 +132,11 @@ def test_public_calls_are_bounded_after_a_transient_queues_worker_dies(cluster_f
         finally:
             assert time.monotonic() - started < BOUND_S
 
-    with pytest.raises(QueueLostError) as info:
+    with pytest.raises(QueueLostError, match=f"queue {lost} was lost") as info:
         bounded(lambda: cp.join(timeout=120))
+    assert "transient" in str(info.value)
+    with pytest.raises(QueueLostError):
+        bounded(qp.stats)
     assert info.value.queue_index == lost
     assert 0 < info.value.lost_messages <= len(lost_ids)
     assert f"{info.value.lost_messages:,} of its transient messages" in str(info.value)
