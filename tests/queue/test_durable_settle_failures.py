@@ -137,15 +137,21 @@ async def test_a_getter_waiting_is_woken_by_the_release_of_a_settle_storage_refu
 # -- lease (get_batch) ------------------------------------------------------------------------
 
 
-async def test_a_lease_a_full_disk_refused_is_given_back_and_served_again(tmp_path, monkeypatch):
-    q = open_queue(tmp_path)
-    await put(q, ["m0", "m1"])
-    fail_index_writes(q, monkeypatch, errno.ENOSPC)
-    with pytest.raises(StoreFullError):
+async def assert_lease_refused_and_given_back(q, monkeypatch, error_number, error_type):
+    """A get_batch whose LEASE records the index refuses raises, and its two ready messages
+    are ready again: not leased to nobody until the lease expires."""
+    fail_index_writes(q, monkeypatch, error_number)
+    with pytest.raises(error_type):
         await q.get_batch(10, 0.0)
     monkeypatch.undo()
     stats = await q.stats()
-    assert (stats.ready, stats.leased) == (2, 0)  # not leased to nobody until it expires
+    assert (stats.ready, stats.leased) == (2, 0)
+
+
+async def test_a_lease_a_full_disk_refused_is_given_back_and_served_again(tmp_path, monkeypatch):
+    q = open_queue(tmp_path)
+    await put(q, ["m0", "m1"])
+    await assert_lease_refused_and_given_back(q, monkeypatch, errno.ENOSPC, StoreFullError)
     lease, items = await get(q)
     assert items == [(0, "m0", 0), (1, "m1", 0)]  # no attempt counted
     assert await settle_with(q, lease, ["r0", "r1"]) == (2, 0, 0, 0)
@@ -165,12 +171,7 @@ async def test_a_lease_an_io_error_refused_is_given_back_and_the_reopened_queue_
     lease, _ = await get(q)
     assert await settle_with(q, lease, ["r"]) == (1, 0, 0, 0)
     await put(q, ["m0", "m1"])
-    fail_index_writes(q, monkeypatch, errno.EIO)
-    with pytest.raises(StoreIOError):
-        await q.get_batch(10, 0.0)
-    monkeypatch.undo()
-    stats = await q.stats()
-    assert (stats.ready, stats.leased) == (2, 0)
+    await assert_lease_refused_and_given_back(q, monkeypatch, errno.EIO, StoreIOError)
     with pytest.raises(StoreIOError):  # the store refuses every write until it is reopened
         await q.get_batch(10, 0.0)
     assert (await q.stats()).ready == 2
