@@ -27,6 +27,7 @@ __all__ = [
     "QueueClosedError",
     "QueueLostError",
     "NoConsumersError",
+    "QueueMovedError",
     "KilledWorkerError",
     "QueueEmpty",
     "LeaseExpiredError",
@@ -119,6 +120,25 @@ class QueueLostError(DaskQueueError):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (QueueLostError, (self.queue_index, self.address, self.durability, self.lost_messages))
+
+
+class QueueMovedError(QueueLostError):
+    """A durable queue's worker died while a call to it was in flight; the pool reopened the
+    queue on another worker. The call's outcome is unknown (a put may or may not be stored);
+    calls made from now on go to the new actor."""
+
+    def __init__(self, queue_index: int, address: str) -> None:
+        DaskQueueError.__init__(
+            self, f"queue {queue_index} was lost with its worker {address} while a call to it was "
+            "in flight and reopened elsewhere from its directory; that call's outcome is unknown"
+        )
+        self.queue_index = queue_index
+        self.address = address
+        self.durability = "durable"
+        self.lost_messages = None
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (QueueMovedError, (self.queue_index, self.address))
 
 
 class NoConsumersError(DaskQueueError):

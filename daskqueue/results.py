@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from daskqueue.errors import RemoteTaskError, SerializationError
+from daskqueue.errors import QueueMovedError, RemoteTaskError, SerializationError
 from daskqueue.messages import decode_error, make_id
 from daskqueue.serialize import ResultRecord
 
@@ -97,7 +97,10 @@ class ResultCollector:
             ]
             n = 0
             for q, future in futures:
-                self._cursors[q], blob, self._dead_cursors[q], dead = self._answer(q, future)
+                try:
+                    self._cursors[q], blob, self._dead_cursors[q], dead = self._answer(q, future)
+                except QueueMovedError:
+                    continue  # the next poll asks the queue where it moved to
                 got = self._take_results(pickle.loads(blob)) + self._take_dead(q, dead)
                 self.settled[q] += got
                 n += got

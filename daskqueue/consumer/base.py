@@ -138,6 +138,7 @@ class ConsumerBase:
         n = len(queues)
         # Home queue first, then the others in turn: an idle consumer takes their work.
         self._queues = [queues[(home + k) % n] for k in range(n)]
+        self._home = home % n
         self._fixed_batch = batch_size
         self._batch_size = batch_size or defaults.INITIAL_BATCH_SIZE
         self._max_batch = max_batch_size if batch_size is None else batch_size
@@ -323,6 +324,16 @@ class ConsumerBase:
         if self._lost_event is not None:
             self._lost_event.set()
             self._lost_event = asyncio.Event()
+
+    async def set_queue(self, queue_index: int, handle: Any) -> None:
+        """Queue ``queue_index`` moved to ``handle`` (a durable queue reopened on another
+        worker): later calls go there. Batches leased from the old one are refused there
+        (their messages were recovered ready) and run again."""
+        slot = (queue_index - self._home) % len(self._queues)
+        self._queues[slot] = _bind_local(handle) if self._loop_task is not None else handle
+        self._queue_down_until.pop(slot, None)
+        logger.info("consumer %d: queue %d moved to %s", self.index, queue_index,
+                    getattr(handle, "_address", "this worker"))
 
     # -- the fetch loop (event loop) ------------------------------------------------------------
 

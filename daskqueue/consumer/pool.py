@@ -218,6 +218,10 @@ class ConsumerPool:
                     self._add(worker, strict=False)
                     self.replaced += 1
 
+    def _queue_moved(self, queue_index: int, handle: Any) -> None:
+        """A durable queue was reopened elsewhere: every consumer calls it there from now on."""
+        self._tell(self._live(), "set_queue", queue_index, handle)
+
     @staticmethod
     def _tell(members: list[_Member], method: str, *args: Any) -> None:
         futures = [(m, getattr(m.handle, method)(*args)) for m in members]

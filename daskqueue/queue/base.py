@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import pickle
 import time
 from array import array
@@ -33,6 +34,10 @@ __all__ = ["QueueActorBase", "QueueStats", "ChunkPayload"]
 logger = logging.getLogger("daskqueue")
 
 T = TypeVar("T")
+
+#: Lease ids of a queue actor start at a random 48-bit number shifted by 16 bits: a reopened
+#: durable queue never reuses the ids its previous incarnation handed out.
+_LEASE_ID_BASE_BITS = 48
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,7 @@ class QueueActorBase:
             retry_backoff_max_s=retry_backoff_max_s,
             retry_backoff_jitter=retry_backoff_jitter,
             seed=seed,
+            lease_id_base=int.from_bytes(os.urandom(_LEASE_ID_BASE_BITS // 8), "little") << 16,
         )
         self._funcs: dict[bytes, bytes] = {}
         self._results: list[ResultRecord] = []  # records not yet fetched

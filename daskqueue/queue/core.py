@@ -165,8 +165,10 @@ class QueueCore:
     """The lifecycle of the messages of one queue (see the module docstring).
 
     Parameters (keyword-only): ``lease_timeout_s`` (> 0), ``max_retries`` (>= 0), the backoff
-    ``retry_backoff_base_s`` / ``retry_backoff_max_s`` / ``retry_backoff_jitter``, and ``seed``
-    for the jitter's random generator.
+    ``retry_backoff_base_s`` / ``retry_backoff_max_s`` / ``retry_backoff_jitter``, ``seed``
+    for the jitter's random generator, and ``lease_id_base``: lease ids count up from it, so
+    that two incarnations of one queue (a durable queue reopened elsewhere) never hand out
+    the same id, and a consumer's settlement for the old one cannot settle a new lease.
     """
 
     def __init__(
@@ -178,6 +180,7 @@ class QueueCore:
         retry_backoff_max_s: float = 30.0,
         retry_backoff_jitter: float = 0.5,
         seed: int | None = None,
+        lease_id_base: int = 0,
     ) -> None:
         if not lease_timeout_s > 0:
             raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s!r}")
@@ -194,7 +197,7 @@ class QueueCore:
         self._backoff = (retry_backoff_base_s, retry_backoff_max_s, retry_backoff_jitter)
         self._rng = random.Random(seed)
         self._next_seq = 0
-        self._lease_ids = itertools.count(1)
+        self._lease_ids = itertools.count(lease_id_base + 1)
         self._ticket = itertools.count()  # tie-breaker for heaps
         self._ready: dict[int, deque[Span]] = {}  # priority -> spans, FIFO within a priority
         self._priorities: list[int] = []  # keys of _ready, highest first

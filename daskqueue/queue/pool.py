@@ -13,11 +13,12 @@ from __future__ import annotations
 import html
 import itertools
 import logging
+import threading
 import os
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, NamedTuple, Sequence
 
 from distributed import Client
 
@@ -28,12 +29,13 @@ from daskqueue.errors import (
     NoConsumersError,
     QueueClosedError,
     QueueLostError,
+    QueueMovedError,
     RemoteTaskError,
 )
 from daskqueue.messages import QUEUE_INDEX_BITS, Kind, make_id, split_id
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig
-from daskqueue.queue.directory import prepare_pool_dir
+from daskqueue.queue.directory import prepare_pool_dir, queue_dir
 from daskqueue.queue.durable import DurableQueue
 from daskqueue.queue.encode import (
     PutBatch,
@@ -44,7 +46,7 @@ from daskqueue.queue.encode import (
     encode_payloads,
     encode_uniform,
 )
-from daskqueue.queue.handles import LOST_CHECK_S, actor_lost, direct_handles, is_lost_worker
+from daskqueue.queue.handles import LOST_CHECK_S, DirectActor, actor_lost, direct_handles, is_lost_worker
 from daskqueue.queue.transient import TransientQueue
 from daskqueue.results import MapClaim, ResultCollector
 from daskqueue.serialize import encode_put, pickle_function
@@ -66,6 +68,13 @@ def _results_or_raise(futures: list[Any]) -> list[Any]:
         for f in futures:
             f.release()
         raise
+
+
+class _Pending(NamedTuple):
+    """A call in flight to a queue, and the handle it went to (the queue may move meanwhile)."""
+
+    future: Any
+    handle: Any
 
 
 def _one_argument(chunk: Sequence[Any]) -> list[tuple[Any]]:
@@ -157,6 +166,7 @@ class QueuePool:
         self._collector = ResultCollector(self.n_queues, self._call, self._answer)
         self._put_counts = [0] * self.n_queues
         self._lost: dict[int, str] = {}  # queue index -> the address it was lost with
+        self._moving: dict[int, threading.Event] = {}  # durable queues being reopened
         self._consumer_pools: weakref.WeakSet[Any] = weakref.WeakSet()
         self._closed = False
         self._membership.add_listener(self)
@@ -409,45 +419,79 @@ class QueuePool:
     def _call(self, q: int, method: str, *args: Any) -> Any:
         """Call ``method`` of queue ``q``; its future. Dask refuses a call to an actor whose
         worker it knows to be dead right here, so that is translated too."""
-        if q in self._lost:
-            raise self._lost_error(q)
+        handle = self._current(q)
         try:
-            return getattr(self.queues[q], method)(*args)
+            return _Pending(getattr(handle, method)(*args), handle)
         except Exception as e:
-            self._raise_if_lost(q, e)
+            if not (self.durability == "durable" and is_lost_worker(e)):
+                self._raise_if_lost(q, e, handle)
+                raise
+        # Dask knew of the death before the pool did: wait for the move, then call there.
+        self._await_move(q, handle)
+        handle = self._current(q)
+        try:
+            return _Pending(getattr(handle, method)(*args), handle)
+        except Exception as e:
+            self._raise_if_lost(q, e, handle)
             raise
 
-    def _answer(self, q: int, future: Any) -> Any:
+    def _await_move(self, q: int, handle: Any) -> None:
+        """Wait (bounded) until durable queue ``q`` has moved away from ``handle`` or is lost."""
+        deadline = time.monotonic() + defaults.QUEUE_START_TIMEOUT_S
+        while self.queues[q] is handle and q not in self._lost and time.monotonic() < deadline:
+            time.sleep(defaults.POLL_INTERVAL_S)
+
+    def _current(self, q: int) -> Any:
+        """Queue ``q``'s handle; while a durable queue is being reopened elsewhere, wait for it
+        (bounded). Raises :class:`QueueLostError` for a queue that is gone."""
+        moving = self._moving.get(q)
+        if moving is not None:
+            moving.wait(defaults.QUEUE_START_TIMEOUT_S)
+        if q in self._lost:
+            raise self._lost_error(q)
+        return self.queues[q]
+
+    def _answer(self, q: int, pending: _Pending) -> Any:
         """The result of a call to queue ``q``, with a lost worker as :class:`QueueLostError`.
 
         Waits in slices, checking whether Dask has marked the queue lost: in distributed
         2026.8 a call in flight when the actor's worker dies can stay unanswered for good (its
         retry awaits the lost key's future inside a callback that then never sets the result).
         """
+        future, handle = pending
         while True:
             try:
                 return future.result(timeout=LOST_CHECK_S)
             except TimeoutError as e:
                 if future.done():
                     raise
-                if q in self._lost or actor_lost(self.queues[q]):
-                    raise self._lost_error(q) from e
+                if self._gone(q, handle):
+                    raise self._lost_error(q, handle) from e
             except Exception as e:
-                self._raise_if_lost(q, e)
+                self._raise_if_lost(q, e, handle)
                 raise
 
-    def _raise_if_lost(self, q: int, error: BaseException) -> None:
+    def _gone(self, q: int, handle: Any) -> bool:
+        """Whether ``handle`` no longer stands for a live queue ``q`` (lost, or moved away)."""
+        return q in self._lost or q in self._moving or handle is not self.queues[q] or actor_lost(handle)
+
+    def _raise_if_lost(self, q: int, error: BaseException, handle: Any) -> None:
         """Raise :class:`QueueLostError` from ``error`` if it says queue ``q``'s worker is gone."""
         if is_lost_worker(error):
-            raise self._lost_error(q) from error
+            raise self._lost_error(q, handle) from error
 
-    def _lost_error(self, q: int) -> QueueLostError:
-        """The error for lost queue ``q``; a transient one's says how many messages went
-        with it (put there, and no outcome received by this client)."""
+    def _lost_error(self, q: int, handle: Any = None) -> QueueLostError:
+        """The error for a call to lost queue ``q`` (through ``handle``). A durable queue is
+        reopened elsewhere: a call in flight to the old actor gets :class:`QueueMovedError`.
+        A transient one's error says how many messages went with it (put there, and no
+        outcome received by this client)."""
+        handle = self.queues[q] if handle is None else handle
+        if self.durability == "durable" and q not in self._lost:
+            return QueueMovedError(q, handle._address)
         lost = None
         if self.durability == "transient":
             lost = max(0, self._put_counts[q] - self._collector.settled[q])
-        return QueueLostError(q, self.queues[q]._address, self.durability, lost)
+        return QueueLostError(q, handle._address, self.durability, lost)
 
     # -- following the cluster (the membership thread) ----------------------------------------
 
@@ -463,17 +507,61 @@ class QueuePool:
         leases of the consumers that were there (an attempt each)."""
         if not left or self._closed:
             return
+        reopen = []
         for q, handle in enumerate(self.queues):
-            if handle._address in left and q not in self._lost:
+            if handle._address not in left or q in self._lost:
+                continue
+            if self.durability == "durable":
+                self._moving[q] = threading.Event()
+                reopen.append(q)
+                logger.warning("queue %d of %r was lost with its worker %s; reopening it elsewhere",
+                               q, self, handle._address)
+            else:
                 self._lost[q] = handle._address
                 logger.error("queue %d of %r was lost with its worker %s", q, self, handle._address)
         futures = [(q, self.queues[q].workers_lost(sorted(left)))
-                   for q in range(self.n_queues) if q not in self._lost]
+                   for q in range(self.n_queues) if q not in self._lost and q not in self._moving]
         for q, f in futures:
             try:
                 f.result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
             except Exception as e:
                 logger.warning("queue %d could not take back the leases of lost workers: %s", q, e)
+        for q in reopen:
+            self._reopen(q)
+
+    def _reopen(self, q: int) -> None:
+        """Reopen durable queue ``q`` from its directory on a surviving worker (one without a
+        queue if there is one) and move every handle to it: this pool's, its result
+        collector's (same cursors: result numbering is on disk) and its consumers'."""
+        try:
+            handle, future = self._start_durable(q)
+        except Exception as e:
+            logger.error("queue %d could not be reopened (%s); it stays lost", q, e)
+            self._lost[q] = self.queues[q]._address
+            self._moving.pop(q).set()
+            return
+        old = self._queue_futures[q]
+        self.queues[q], self._queue_futures[q] = handle, future
+        self._sent_funcs[q] = set()
+        self._moving.pop(q).set()
+        old.release()
+        logger.warning("queue %d of %r reopened on %s", q, self, handle._address)
+        for cp in list(self._consumer_pools):
+            cp._queue_moved(q, handle)
+
+    def _start_durable(self, q: int) -> tuple[Any, Any]:
+        busy = {h._address for i, h in enumerate(self.queues) if i != q}
+        workers = sorted(self._membership.workers)
+        free = [w for w in workers if w not in busy] or workers
+        if not free:
+            raise QueueLostError(q, self.queues[q]._address, "durable")
+        future = self.client.submit(
+            DurableQueue, q, queue_dir(self.dirpath, q), **self.config.queue_kwargs(),  # type: ignore[arg-type]
+            actor=True, pure=False, workers=free, allow_other_workers=True,
+        )
+        handle = future.result(timeout=defaults.QUEUE_START_TIMEOUT_S)
+        direct = isinstance(self.queues[q], DirectActor)
+        return direct_handles([handle], direct=direct)[0], future
 
     def _check_open(self) -> None:
         if self._closed:
@@ -532,7 +620,15 @@ class QueuePool:
     def stats(self) -> list[QueueStats]:
         """A :class:`QueueStats` per queue, in queue order."""
         futures = [self._call(i, "stats") for i in range(self.n_queues)]
-        return [self._answer(i, f) for i, f in enumerate(futures)]
+        return [self._answer_or_ask_again(i, f, "stats") for i, f in enumerate(futures)]
+
+    def _answer_or_ask_again(self, q: int, pending: _Pending, method: str, *args: Any) -> Any:
+        """``_answer``, asking the queue again where it moved to if it moved meanwhile (for
+        calls that change nothing)."""
+        try:
+            return self._answer(q, pending)
+        except QueueMovedError:
+            return self._answer(q, self._call(q, method, *args))
 
     def get_queue_size(self) -> dict[int, int]:
         """Unsettled messages (ready, delayed or leased) per queue index."""

@@ -172,3 +172,26 @@ def test_queues_are_spread_over_distinct_workers(cluster_factory):
         qp = QueuePool(client, 3)
         assert len({q._address for q in qp.queues}) == 3
         qp.close()
+
+
+def test_a_durable_queues_killed_worker_is_reopened_elsewhere_and_every_task_finishes(
+    cluster_factory, tmp_path
+):
+    cluster, client = cluster_factory(3)
+    qp = QueuePool(client, 2, durability="durable", dirpath=tmp_path / "pool")
+    cp = ConsumerPool(client, qp)
+    cp.start()
+    ids = qp.batch_submit([(tasks.sleep_then, i, 0.005) for i in range(2000)])
+    victim = qp.queues[1]._address
+    wait_until(lambda: qp.stats()[1].total_acked > 50)
+    kill_worker(client, victim)
+
+    cp.join(timeout=120)  # no QueueLostError: the queue moved and the join carried on
+
+    assert qp.queues[1]._address != victim
+    results = cp.results()
+    assert sorted(results[i] for i in ids) == list(range(2000))
+    assert cp.failures() == {}
+    assert qp.map(tasks.double, range(100), timeout_s=60) == [2 * i for i in range(100)]
+    cp.close()
+    qp.close()
