@@ -68,6 +68,9 @@ DUE_WAKEUP_MARGIN_S: float = 0.001
 ACTOR_START_TIMEOUT_S: float = 20.0
 #: Queue actors may take longer to start: a durable one recovers its directory first.
 QUEUE_START_TIMEOUT_S: float = 600.0
+#: How long a call to a durable queue that is being reopened elsewhere waits for the move
+#: before it raises ``QueueMovedError`` (the reopen goes on; a later call finds the queue).
+MOVE_WAIT_S: float = 25.0
 CONTROL_CALL_TIMEOUT_S: float = 10.0
 STOP_TIMEOUT_S: float = 25.0
 

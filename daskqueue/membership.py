@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import weakref
 from typing import Any, Protocol
 
@@ -32,6 +33,9 @@ TOPIC = "daskqueue-membership"
 
 #: How long ``close`` waits for the thread (a listener call it is in must finish first).
 CLOSE_TIMEOUT_S = 30.0
+
+#: How long the thread waits before it tries again after reading the worker list failed.
+RETRY_S = 1.0
 
 
 class MembershipPlugin(SchedulerPlugin):
@@ -115,9 +119,13 @@ class Membership:
             try:
                 self._reconcile(events)
             except Exception:
-                if self._stopped or self.client.status != "running":
+                if self._stopped or self.client.status in ("closing", "closed"):
                     return
-                logger.exception("daskqueue: following the cluster's membership failed")
+                # A blip in the connection to the scheduler: keep the events, try again.
+                logger.exception("daskqueue: following the cluster's membership failed; retrying")
+                for event in events:
+                    self._events.put(event)
+                time.sleep(RETRY_S)
 
     def _reconcile(self, events: list[Any]) -> None:
         """Diff the scheduler's list with the last one; a worker that left and came back

@@ -172,6 +172,7 @@ class ConsumerBase:
         self._address: str | None = None  # this consumer's worker: the owner of its leases
         self._dead_addresses: set[str] = set()
         self._lost_event: asyncio.Event | None = None
+        self._lifecycle: asyncio.Lock | None = None
 
     def __repr__(self) -> str:
         state = "running" if self._loop_task is not None else "stopped"
@@ -190,8 +191,19 @@ class ConsumerBase:
 
     # -- lifecycle (actor methods) --------------------------------------------------------------
 
+    def _lifecycle_lock(self) -> asyncio.Lock:
+        """Serialises start/stop/close: start awaits a child process's start, and a stop or a
+        second start arriving meanwhile must wait for it, not act on a half-started consumer."""
+        if self._lifecycle is None:
+            self._lifecycle = asyncio.Lock()
+        return self._lifecycle
+
     async def start(self) -> None:
         """Start fetching and running work. Idempotent."""
+        async with self._lifecycle_lock():
+            await self._start()
+
+    async def _start(self) -> None:
         if self._loop_task is not None:
             return
         self._stop_requested = self._halt_items = False
@@ -239,6 +251,10 @@ class ConsumerBase:
         Returns once every fetched batch is settled: nothing fetched is lost, and messages that
         were fetched but not started go back to the front of their queue.
         """
+        async with self._lifecycle_lock():
+            await self._stop()
+
+    async def _stop(self) -> None:
         if self._loop_task is None:
             return
         # Order: stop fetching first (so no new batch arrives), then let the run threads stop
@@ -265,7 +281,11 @@ class ConsumerBase:
 
     async def close(self) -> None:
         """Stop, then shut the thread pool down."""
-        await self.stop()
+        async with self._lifecycle_lock():
+            await self._close()
+
+    async def _close(self) -> None:
+        await self._stop()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None

@@ -185,20 +185,13 @@ class ProcessRunner:
             return None
 
     async def _read_forever(self, child: _Child) -> None:
-        """Hand each reply to its request; when the child dies, fail what it still ran."""
-        while True:
-            msg = await self._receive(child)
-            if msg is None:
-                break
-            request = child.requests.get(msg[1])
-            if request is None:
-                continue
-            if msg[0] == "started":
-                request.last_started = msg[2]
-            elif msg[0] == "done":
-                del child.requests[msg[1]]
-                if not request.future.done():
-                    request.future.set_result(msg[2:])
+        """Hand each reply to its request; when the child dies (or its pipe breaks), fail what
+        it still ran."""
+        try:
+            await self._dispatch_replies(child)
+        except Exception:
+            logger.exception("consumer %d: reading from the child process failed; ending it", self.index)
+            child.proc.kill()
         returncode = await child.proc.wait()
         if self._child is child:
             self._child = None
@@ -209,6 +202,21 @@ class ProcessRunner:
             if not request.future.done():
                 request.future.set_exception(ChildDied(returncode, request.last_started))
         child.requests.clear()
+
+    async def _dispatch_replies(self, child: _Child) -> None:
+        while True:
+            msg = await self._receive(child)
+            if msg is None:
+                return
+            request = child.requests.get(msg[1])
+            if request is None:
+                continue
+            if msg[0] == "started":
+                request.last_started = msg[2]
+            elif msg[0] == "done":
+                del child.requests[msg[1]]
+                if not request.future.done():
+                    request.future.set_result(msg[2:])
 
     # -- running ------------------------------------------------------------------------------
 

@@ -22,8 +22,15 @@ from distributed import Client
 from daskqueue import defaults
 from daskqueue.consumer.base import ConsumerBase, ConsumerStats, Isolation
 from daskqueue.consumer.general import GeneralConsumer
-from daskqueue.errors import ConfigurationError, JoinTimeoutError, NoConsumersError, RemoteTaskError
+from daskqueue.errors import (
+    ConfigurationError,
+    JoinTimeoutError,
+    NoConsumersError,
+    QueueMovedError,
+    RemoteTaskError,
+)
 from daskqueue.membership import membership
+from daskqueue.queue.handles import call_all
 from daskqueue.queue.pool import QueuePool
 from daskqueue.validate import check_choice, check_number
 
@@ -176,13 +183,19 @@ class ConsumerPool:
         index, future = self._spawn(worker, strict=strict)
         try:
             member = self._await_member(index, future)
+            dead = sorted(set(self.queue_pool._lost.values()))
+            if dead:  # it must not spend its calls on queues already known lost
+                member.handle.workers_lost(dead).result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
             if self._started:
                 member.handle.start().result(timeout=defaults.ACTOR_START_TIMEOUT_S)
         except Exception as e:
             logger.warning("could not start consumer %d on %s: %s", index, worker, e)
+            future.release()
             return
         with self._lock:
             self._members.append(member)
+        if self._closed:  # closed while it started: close it too
+            call_all([(f"consumer {index}", member.handle)], "close", timeout_s=defaults.STOP_TIMEOUT_S)
 
     def _least_busy_worker(self, workers: set[str]) -> str | None:
         with self._lock:
@@ -224,12 +237,10 @@ class ConsumerPool:
 
     @staticmethod
     def _tell(members: list[_Member], method: str, *args: Any) -> None:
-        futures = [(m, getattr(m.handle, method)(*args)) for m in members]
-        for m, f in futures:
-            try:
-                f.result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
-            except Exception as e:
-                logger.warning("consumer %d: %s failed: %s", m.index, method, e)
+        targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in members]
+        failed = call_all(targets, method, *args, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+        if failed:
+            logger.warning("%s failed: %s", method, failed)
 
     # -- representation -----------------------------------------------------------------------
 
@@ -251,15 +262,8 @@ class ConsumerPool:
     def _call_all(self, method: str) -> list[str]:
         """``method()`` on every live consumer, concurrently, all within ``STOP_TIMEOUT_S``;
         return the failures, as text (a lost consumer must not stop the others)."""
-        deadline = time.monotonic() + defaults.STOP_TIMEOUT_S
-        futures = [(m, getattr(m.handle, method)()) for m in self._live()]
-        failed = []
-        for m, f in futures:
-            try:
-                f.result(timeout=max(0.0, deadline - time.monotonic()))
-            except (Exception, FutureTimeout) as e:
-                failed.append(f"consumer {m.index} on {m.address}: {type(e).__name__}: {e}")
-        return failed
+        targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in self._live()]
+        return call_all(targets, method, timeout_s=defaults.STOP_TIMEOUT_S)
 
     def start(self) -> None:
         """Start every consumer (idempotent). Consumers that join later start on their own."""
@@ -291,7 +295,12 @@ class ConsumerPool:
             self.queue_pool.poll_outcomes()
             # Queues first, then consumers: with early ack a message leaves the queue before
             # it runs, and it is counted by its consumer from before it leaves the queue.
-            qstats = self.queue_pool.stats()
+            try:
+                qstats = self.queue_pool.stats()
+            except QueueMovedError:  # a durable queue is still being reopened: wait on
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
+                continue
             pending = sum(s.pending for s in qstats)
             inflight = 0 if pending else sum(s.inflight_items for s in self.stats())
             if pending == 0 and inflight == 0:

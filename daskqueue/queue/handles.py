@@ -20,7 +20,7 @@ from typing import Any
 
 from distributed.actor import Actor
 
-__all__ = ["DirectActor", "direct_handles", "is_lost_worker", "actor_lost", "LOST_CHECK_S"]
+__all__ = ["DirectActor", "direct_handles", "is_lost_worker", "actor_lost", "call_all", "LOST_CHECK_S"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -89,3 +89,25 @@ def actor_lost(handle: Any) -> bool:
     future = getattr(handle, "_future", None)
     return future is not None and future.status == "error"
 
+
+
+def call_all(targets: list[tuple[Any, Any]], method: str, *args: Any, timeout_s: float) -> list[str]:
+    """Call ``method(*args)`` on every ``(name, handle)`` concurrently and wait for all of them
+    within one deadline of ``timeout_s``; never raises. Returns the failures, as text naming
+    the target: a dead worker (whose handle may raise at once, or never answer) must not stop
+    the call to the others."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    pending, failed = [], []
+    for name, handle in targets:
+        try:
+            pending.append((name, getattr(handle, method)(*args)))
+        except Exception as e:
+            failed.append(f"{name}: {type(e).__name__}: {e}")
+    for name, future in pending:
+        try:
+            future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception as e:
+            failed.append(f"{name}: {type(e).__name__}: {e}")
+    return failed

@@ -46,7 +46,14 @@ from daskqueue.queue.encode import (
     encode_payloads,
     encode_uniform,
 )
-from daskqueue.queue.handles import LOST_CHECK_S, DirectActor, actor_lost, direct_handles, is_lost_worker
+from daskqueue.queue.handles import (
+    LOST_CHECK_S,
+    DirectActor,
+    actor_lost,
+    call_all,
+    direct_handles,
+    is_lost_worker,
+)
 from daskqueue.queue.transient import TransientQueue
 from daskqueue.results import MapClaim, ResultCollector
 from daskqueue.serialize import encode_put, pickle_function
@@ -437,7 +444,7 @@ class QueuePool:
 
     def _await_move(self, q: int, handle: Any) -> None:
         """Wait (bounded) until durable queue ``q`` has moved away from ``handle`` or is lost."""
-        deadline = time.monotonic() + defaults.QUEUE_START_TIMEOUT_S
+        deadline = time.monotonic() + defaults.MOVE_WAIT_S
         while self.queues[q] is handle and q not in self._lost and time.monotonic() < deadline:
             time.sleep(defaults.POLL_INTERVAL_S)
 
@@ -445,8 +452,8 @@ class QueuePool:
         """Queue ``q``'s handle; while a durable queue is being reopened elsewhere, wait for it
         (bounded). Raises :class:`QueueLostError` for a queue that is gone."""
         moving = self._moving.get(q)
-        if moving is not None:
-            moving.wait(defaults.QUEUE_START_TIMEOUT_S)
+        if moving is not None and not moving.wait(defaults.MOVE_WAIT_S):
+            raise QueueMovedError(q, self.queues[q]._address)  # still recovering: ask again later
         if q in self._lost:
             raise self._lost_error(q)
         return self.queues[q]
@@ -519,15 +526,15 @@ class QueuePool:
             else:
                 self._lost[q] = handle._address
                 logger.error("queue %d of %r was lost with its worker %s", q, self, handle._address)
-        futures = [(q, self.queues[q].workers_lost(sorted(left)))
-                   for q in range(self.n_queues) if q not in self._lost and q not in self._moving]
-        for q, f in futures:
-            try:
-                f.result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
-            except Exception as e:
-                logger.warning("queue %d could not take back the leases of lost workers: %s", q, e)
-        for q in reopen:
-            self._reopen(q)
+        try:
+            alive = [(f"queue {q}", self.queues[q]) for q in range(self.n_queues)
+                     if q not in self._lost and q not in self._moving]
+            failed = call_all(alive, "workers_lost", sorted(left), timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+            if failed:
+                logger.warning("taking back the leases of lost workers failed: %s", failed)
+        finally:  # a queue marked moving must be reopened (or given up), whatever happened
+            for q in reopen:
+                self._reopen(q)
 
     def _reopen(self, q: int) -> None:
         """Reopen durable queue ``q`` from its directory on a surviving worker (one without a
@@ -535,8 +542,14 @@ class QueuePool:
         collector's (same cursors: result numbering is on disk) and its consumers'."""
         try:
             handle, future = self._start_durable(q)
-        except Exception as e:
+        except BaseException as e:
             logger.error("queue %d could not be reopened (%s); it stays lost", q, e)
+            self._lost[q] = self.queues[q]._address
+            self._moving.pop(q).set()
+            return
+        if self._closed:  # closed meanwhile: the new actor must not keep the directory locked
+            call_all([(f"queue {q}", handle)], "close", timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+            future.release()
             self._lost[q] = self.queues[q]._address
             self._moving.pop(q).set()
             return
@@ -640,13 +653,10 @@ class QueuePool:
             return
         self._closed = True
         self._membership.remove_listener(self)
-        deadline = time.monotonic() + defaults.STOP_TIMEOUT_S
-        futures = [(i, q.close()) for i, q in enumerate(self.queues) if i not in self._lost]
-        for i, f in futures:
-            try:
-                f.result(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception as e:  # a dead worker must not stop the others closing
-                logger.warning("closing queue %d failed: %s: %s", i, type(e).__name__, e)
+        live = [(f"queue {i}", q) for i, q in enumerate(self.queues) if i not in self._lost]
+        failed = call_all(live, "close", timeout_s=defaults.STOP_TIMEOUT_S)
+        if failed:
+            logger.warning("closing queues failed: %s", failed)
         logger.info("%r closed", self)
 
     def __enter__(self) -> QueuePool:
