@@ -107,7 +107,10 @@ class ProcessRunner:
             self._spawning, self._recovering = asyncio.Lock(), asyncio.Lock()
         async with self._spawning:
             if self._child is None:
-                self._child = await asyncio.wait_for(self._spawn(), CHILD_START_TIMEOUT_S)
+                child = await asyncio.wait_for(self._spawn(), CHILD_START_TIMEOUT_S)
+                self._child = child
+                # The flag as it is now (a set_halt during the spawn found no child to tell).
+                await self._send(child, ("halt", self._halt))
             return self._child
 
     async def _spawn(self) -> _Child:
@@ -125,8 +128,6 @@ class ProcessRunner:
         if reply is None or reply[0] != "ready":
             await proc.wait()
             raise RuntimeError(self._init_failure(reply, proc.returncode))
-        if self._halt:
-            await self._send(child, ("halt", True))
         child.reader = asyncio.get_running_loop().create_task(self._read_forever(child))
         logger.debug("consumer %d: child process %d started", self.index, proc.pid)
         return child
