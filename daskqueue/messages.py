@@ -15,6 +15,7 @@ __all__ = [
     "split_id",
     "encode_error",
     "decode_error",
+    "killed_error",
     "QUEUE_INDEX_BITS",
 ]
 
@@ -90,6 +91,16 @@ def error_from_exception(exc: BaseException) -> bytes:
         text = f"<unprintable {name}>"
     tb = "".join(traceback.format_exception(cls, exc, exc.__traceback__))
     return encode_error(name, text, tb)
+
+
+def killed_error(what_died: str) -> bytes:
+    """The error recorded for a message whose run ended with the death of its process
+    (``what_died`` says which and how); its ``exc_type`` names
+    :class:`~daskqueue.errors.KilledWorkerError`."""
+    name = "daskqueue.errors.KilledWorkerError"
+    text = (f"{what_died}: the task called os._exit, crashed the interpreter, or was killed "
+            "(OOM killer, a signal), or the worker was lost")
+    return encode_error(name, text, f"{name}: {text}\n")
 
 
 def decode_error(blob: bytes) -> tuple[str, str, str]:

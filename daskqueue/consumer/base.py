@@ -352,6 +352,8 @@ class ConsumerBase:
         slot = (queue_index - self._home) % len(self._queues)
         self._queues[slot] = _bind_local(handle) if self._loop_task is not None else handle
         self._queue_down_until.pop(slot, None)
+        # A worker restarted on a fixed port comes back under the address it died with.
+        self._dead_addresses.discard(getattr(handle, "_address", None))  # type: ignore[arg-type]
         logger.info("consumer %d: queue %d moved to %s", self.index, queue_index,
                     getattr(handle, "_address", "this worker"))
 

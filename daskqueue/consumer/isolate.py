@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daskqueue.consumer.child import FRAME, encode_frame
-from daskqueue.messages import encode_error
+from daskqueue.messages import killed_error
 
-__all__ = ["ProcessRunner", "ChildDied", "killed_error"]
+__all__ = ["ProcessRunner", "ChildDied", "child_killed_error"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -38,17 +38,10 @@ CHILD_START_TIMEOUT_S = 60.0
 #: How long ``close`` waits for a child to exit after its input is closed, before killing it.
 CHILD_EXIT_TIMEOUT_S = 5.0
 
-_KILLED_TYPE = "daskqueue.errors.KilledWorkerError"
-
-
-def killed_error(returncode: int | None) -> bytes:
-    """The error recorded for a message whose run killed its process."""
+def child_killed_error(returncode: int | None) -> bytes:
+    """The error recorded for a message whose run killed its child process."""
     how = f"exit code {returncode}" if returncode is None or returncode >= 0 else f"signal {-returncode}"
-    text = (
-        f"the process running this message died ({how}): the task called os._exit, crashed "
-        "the interpreter, or was killed (OOM killer, a signal)"
-    )
-    return encode_error(_KILLED_TYPE, text, f"{_KILLED_TYPE}: {text}\n")
+    return killed_error(f"the process running this message died ({how})")
 
 
 class ChildDied(Exception):
@@ -244,7 +237,7 @@ class ProcessRunner:
                     killer = min(p for p in range(batch.count) if p not in skip)
                 logger.warning("consumer %d: the item at position %d of lease %d killed its "
                                "process; failing it", self.index, killer, batch.lease_id)
-                skip[killer] = killed_error(e.returncode)
+                skip[killer] = child_killed_error(e.returncode)
         import pickle
 
         return batch.count, skip, set(), pickle.dumps([None] * batch.count), 0.0

@@ -25,7 +25,7 @@ from typing import Any, Callable, TypeVar
 
 from daskqueue import defaults
 from daskqueue.errors import LeaseExpiredError, PayloadTooLargeError, QueueClosedError, QueueEmpty
-from daskqueue.messages import encode_error
+from daskqueue.messages import killed_error
 from daskqueue.queue.core import Chunk, Lease, QueueCore, Settlement, Span
 from daskqueue.serialize import PROTOCOL, ResultRecord, Segment, decode_put, decode_settle, encode_delivery
 
@@ -380,7 +380,8 @@ class QueueActorBase:
             await self._unpaused()
         self._start()
         now = self._now()
-        n = self._core.take_back(frozenset(addresses), _worker_lost_error(addresses), now=now)
+        error = killed_error(f"the worker running this message died ({', '.join(sorted(addresses))})")
+        n = self._core.take_back(frozenset(addresses), error, now=now)
         if n:
             logger.warning("queue %d: %d leased messages taken back from consumers on lost "
                            "workers %s", self.index, n, addresses)
@@ -548,14 +549,6 @@ def _segment(span: Span) -> Segment:
         span.first_seq, span.count, span.attempts, meta.kind, meta.digest, meta.type,
         span.chunk.priority, meta.key, offs.tobytes(), payload.data[offs[0] : offs[-1]],
     )
-
-
-def _worker_lost_error(addresses: list[str]) -> bytes:
-    """The error recorded for messages whose consumer's worker died while they were leased."""
-    name = "daskqueue.errors.KilledWorkerError"
-    text = (f"the worker running this message died ({', '.join(sorted(addresses))}): the task "
-            "may have killed it (os._exit, a segfault, the OOM killer) or it was lost")
-    return encode_error(name, text, f"{name}: {text}\n")
 
 
 def _ran_ranges(lease: Lease, done: int) -> list[tuple[int, int]]:
