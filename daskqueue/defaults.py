@@ -72,6 +72,12 @@ QUEUE_START_TIMEOUT_S: float = 600.0
 #: before it raises ``QueueMovedError`` (the reopen goes on; a later call finds the queue).
 MOVE_WAIT_S: float = 25.0
 CONTROL_CALL_TIMEOUT_S: float = 10.0
+#: How many times a put is sent in all when its queue moves while it is in flight (each
+#: retry waits for the move; the put's token keeps it from being stored twice).
+PUT_ATTEMPTS: int = 3
+#: How long a consumer on a retiring worker may take to finish its running items and
+#: settle, before it is let go (its unsettled leases are taken back when the worker leaves).
+RETIRE_STOP_TIMEOUT_S: float = 12.0
 STOP_TIMEOUT_S: float = 25.0
 
 #: Consumers: where user code runs. ``"auto"`` runs a consumer's batches in a child process

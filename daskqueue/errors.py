@@ -28,6 +28,7 @@ __all__ = [
     "QueueLostError",
     "NoConsumersError",
     "QueueMovedError",
+    "QueueHandedOffError",
     "KilledWorkerError",
     "QueueEmpty",
     "LeaseExpiredError",
@@ -139,6 +140,25 @@ class QueueMovedError(QueueLostError):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (QueueMovedError, (self.queue_index, self.address))
+
+
+class QueueHandedOffError(QueueMovedError):
+    """Raised by a queue actor that handed its state to a successor on another worker (its
+    worker is retiring): nothing of the call was done; the pool and the consumers repeat
+    it at the successor, so users see it only if the move itself failed."""
+
+    def __init__(self, queue_index: int, address: str) -> None:
+        DaskQueueError.__init__(
+            self, f"queue {queue_index} on {address} handed its state to a successor on another "
+            "worker (its worker is retiring); nothing of this call was done: call the successor"
+        )
+        self.queue_index = queue_index
+        self.address = address
+        self.durability = "unknown"
+        self.lost_messages = None
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (QueueHandedOffError, (self.queue_index, self.address))
 
 
 class NoConsumersError(DaskQueueError):

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from daskqueue import defaults
-from daskqueue.errors import LeaseExpiredError, QueueLostError
+from daskqueue.errors import LeaseExpiredError, QueueHandedOffError, QueueLostError
 from daskqueue.messages import Kind, Message, Task, error_from_exception, make_id
+from daskqueue.queue.handles import worker_handle
 from daskqueue.serialize import Segment, decode_delivery, dumps, encode_settle, loads
 
 __all__ = ["ConsumerBase", "ConsumerStats", "Batch", "Outcome"]
@@ -135,6 +136,7 @@ class ConsumerBase:
         if isolation not in ("auto", "process", "thread"):
             raise ValueError(f"isolation must be 'auto', 'process' or 'thread', got {isolation!r}")
         self.index = index
+        queues = [worker_handle(q) for q in queues]
         n = len(queues)
         # Home queue first, then the others in turn: an idle consumer takes their work.
         self._queues = [queues[(home + k) % n] for k in range(n)]
@@ -332,6 +334,19 @@ class ConsumerBase:
             raise QueueLostError(slot, address, "unknown")
         raise TimeoutError(f"queue slot {slot} at {address} did not answer {method} in time")
 
+    async def _call_moving(self, slot: int, method: str, *args: Any) -> Any:
+        """``_call``, made again where the queue moved if it handed itself off meanwhile
+        (its worker retires): the lease went with it, so the settlement still counts."""
+        for _ in range(2):
+            queue = self._queues[slot]
+            try:
+                return await self._call(slot, method, *args)
+            except QueueHandedOffError:
+                deadline = time.monotonic() + defaults.MOVE_WAIT_S
+                while self._queues[slot] is queue and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)  # until the pool says where it moved (set_queue)
+        return await self._call(slot, method, *args)
+
     async def _until_lost(self, address: str) -> None:
         while address not in self._dead_addresses:
             assert self._lost_event is not None
@@ -349,6 +364,7 @@ class ConsumerBase:
         """Queue ``queue_index`` moved to ``handle`` (a durable queue reopened on another
         worker): later calls go there. Batches leased from the old one are refused there
         (their messages were recovered ready) and run again."""
+        handle = worker_handle(handle)
         slot = (queue_index - self._home) % len(self._queues)
         self._queues[slot] = _bind_local(handle) if self._loop_task is not None else handle
         self._queue_down_until.pop(slot, None)
@@ -467,7 +483,7 @@ class ConsumerBase:
         results = None if early else _dump_results(outcome)
         blob = encode_settle(outcome.done, outcome.errors, outcome.fatal, results)
         try:
-            await self._call(batch.queue_slot, "settle", batch.lease_id, blob)
+            await self._call_moving(batch.queue_slot, "settle", batch.lease_id, blob)
         except LeaseExpiredError:
             self._refused += 1
             logger.warning(
@@ -486,7 +502,7 @@ class ConsumerBase:
                 break
             ranges.append((seg.first_seq, min(seg.count, left)))
             left -= seg.count
-        await self._call(batch.queue_slot, "record_outcomes", ranges, outcome.errors, _dump_results(outcome))
+        await self._call_moving(batch.queue_slot, "record_outcomes", ranges, outcome.errors, _dump_results(outcome))
         self._count(outcome)
 
     def _count(self, outcome: Outcome) -> None:

@@ -30,7 +30,7 @@ from daskqueue.errors import (
     RemoteTaskError,
 )
 from daskqueue.membership import membership
-from daskqueue.queue.handles import call_all
+from daskqueue.queue.handles import call_all, free_actor, queue_ref
 from daskqueue.queue.pool import QueuePool
 from daskqueue.validate import check_choice, check_number
 
@@ -127,7 +127,7 @@ class ConsumerPool:
         self._closed = False
         self.replaced = 0
         self._membership = membership(client)
-        workers = sorted(self._membership.workers)
+        workers = self._membership.placeable()
         if not workers:
             raise ConfigurationError("the client's cluster has no workers")
         count = len(workers) if n_consumers is None else n_consumers
@@ -152,8 +152,9 @@ class ConsumerPool:
         """Submit a consumer actor for ``worker`` (only there if ``strict``); its index and future."""
         index, self._next_index = self._next_index, self._next_index + 1
         options = dict(self._options, isolation=self.isolation, child_spec=self._child_spec(index))
+        queues = [queue_ref(h) for h in self.queue_pool.queues]  # never the handles: see WorkerActor
         future = self.client.submit(
-            self.ConsumerClass, index, self.queue_pool.queues, home=index % self.queue_pool.n_queues,
+            self.ConsumerClass, index, queues, home=index % self.queue_pool.n_queues,
             **options, actor=True, pure=False, workers=[worker], allow_other_workers=not strict,
         )
         return index, future
@@ -207,33 +208,51 @@ class ConsumerPool:
 
     # -- following the cluster (membership thread) --------------------------------------------
 
-    def on_membership(self, joined: set[str], left: set[str]) -> None:
-        """Workers joined or left: forget consumers lost with theirs (their leases were taken
-        back by the queue pool), tell the others, and keep the pool at strength."""
+    def on_membership(self, joined: set[str], left: set[str], retiring: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        """Workers joined, left or are retiring: consumers on retiring workers settle what
+        they hold and go; forget consumers lost with theirs (their leases were taken back by
+        the queue pool), tell the others, and keep the pool at strength."""
         if self._closed:
             return
         with self._lock:
+            going = [m for m in self._members if m.address in retiring]
             lost = [m for m in self._members if m.address in left]
-            self._members = [m for m in self._members if m.address not in left]
+            self._members = [m for m in self._members if m.address not in left | retiring]
             alive = list(self._members)
+        if going:
+            self._let_go(going)
         if left:
             self._tell(alive, "workers_lost", sorted(left))
         for m in lost:
             logger.warning("consumer %d was lost with its worker %s", m.index, m.address)
             m.future.release()
         if self.per_worker:
-            for worker in sorted(joined):
+            for worker in sorted(joined - self._membership.retiring):
                 self._add(worker, strict=True)
         else:
-            for _ in lost:
-                worker = self._least_busy_worker(self._membership.workers)
+            for _ in lost + going:
+                worker = self._least_busy_worker(set(self._membership.placeable()))
                 if worker is not None:
                     self._add(worker, strict=False)
                     self.replaced += 1
 
+    def _let_go(self, members: list[_Member]) -> None:
+        """Consumers on retiring workers: stop (running items finish, fetched ones go back to
+        their queues, every lease is settled) and close, within ``RETIRE_STOP_TIMEOUT_S``,
+        then free the actors so that Dask may retire their workers. A consumer that is not
+        done by then is freed anyway: its unsettled leases are taken back when its worker
+        leaves."""
+        targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in members]
+        failed = call_all(targets, "close", timeout_s=defaults.RETIRE_STOP_TIMEOUT_S)
+        if failed:
+            logger.warning("consumers on retiring workers did not settle in time: %s", failed)
+        for m in members:
+            logger.info("consumer %d left its retiring worker %s", m.index, m.address)
+            free_actor(m.future, m.handle)
+
     def _queue_moved(self, queue_index: int, handle: Any) -> None:
         """A durable queue was reopened elsewhere: every consumer calls it there from now on."""
-        self._tell(self._live(), "set_queue", queue_index, handle)
+        self._tell(self._live(), "set_queue", queue_index, queue_ref(handle))
 
     @staticmethod
     def _tell(members: list[_Member], method: str, *args: Any) -> None:

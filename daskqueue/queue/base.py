@@ -24,12 +24,19 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from daskqueue import defaults
-from daskqueue.errors import LeaseExpiredError, PayloadTooLargeError, QueueClosedError, QueueEmpty
+from daskqueue.errors import (
+    LeaseExpiredError,
+    PayloadTooLargeError,
+    QueueClosedError,
+    QueueEmpty,
+    QueueHandedOffError,
+)
 from daskqueue.messages import killed_error
-from daskqueue.queue.core import Chunk, Lease, QueueCore, Settlement, Span
+from daskqueue.queue.core import Chunk, CoreStats, Lease, QueueCore, Settlement, Span
+from daskqueue.membership import LOAD_TOPIC
 from daskqueue.serialize import PROTOCOL, ResultRecord, Segment, decode_put, decode_settle, encode_delivery
 
-__all__ = ["QueueActorBase", "QueueStats", "ChunkPayload"]
+__all__ = ["QueueActorBase", "QueueStats", "ChunkPayload", "TOKENS_KEPT"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -38,6 +45,13 @@ T = TypeVar("T")
 #: Lease ids of a queue actor start at a random 48-bit number shifted by 16 bits: a reopened
 #: durable queue never reuses the ids its previous incarnation handed out.
 _LEASE_ID_BASE_BITS = 48
+
+#: How many recent put tokens a queue remembers, to answer a retried put (one whose answer
+#: was lost when the queue moved) with the ids it already got instead of storing it again.
+TOKENS_KEPT = 10_000
+
+#: How often a queue with work reports its load to the scheduler (for ``adapt()``).
+LOAD_REPORT_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +113,10 @@ class QueueActorBase:
         retry_backoff_jitter: float = defaults.RETRY_BACKOFF_JITTER,
         max_message_bytes: int = defaults.MAX_MESSAGE_BYTES,
         seed: int | None = None,
+        pool: str | None = None,
     ) -> None:
         self.index = index
+        self.pool = pool
         self.max_message_bytes = max_message_bytes
         self._core = QueueCore(
             lease_timeout_s=lease_timeout_s,
@@ -122,6 +138,11 @@ class QueueActorBase:
         self._sweeper: asyncio.Task[None] | None = None
         self._sweep_at: float | None = None
         self._paused: asyncio.Event | None = None  # set when the paused work has finished
+        self._handed_off = False  # its state went to a successor actor: it serves no more
+        self._tokens: dict[bytes, tuple[int, int]] = {}  # put token -> (first seq, count)
+        self._task_s: float | None = None  # measured seconds per message, lease to settle
+        self._reported_at = 0.0  # when the load was last reported to the scheduler
+        self._reported_work = False  # whether that report had work in it
 
     def __repr__(self) -> str:
         s = self._core.stats()
@@ -135,13 +156,18 @@ class QueueActorBase:
 
     def _start(self) -> None:
         """Create the events and the sweeper on first use (``__init__`` runs off the loop)."""
-        if self._closed:
-            raise QueueClosedError(f"queue {self.index} is closed")
+        self._check_serving()
         if self._sweeper is None:
             self._ready_event = asyncio.Event()
             self._outcome_event = asyncio.Event()
             self._timer_changed = asyncio.Event()
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    def _check_serving(self) -> None:
+        if self._handed_off:
+            raise QueueHandedOffError(self.index, _here())
+        if self._closed:
+            raise QueueClosedError(f"queue {self.index} is closed")
 
     async def _sweep_forever(self) -> None:
         """Expire leases and promote delayed messages when they fall due; sleep otherwise.
@@ -164,9 +190,9 @@ class QueueActorBase:
         wakeup = self._core.next_wakeup()
         self._sweep_at = wakeup
         timeout = None if wakeup is None else max(0.0, wakeup - self._now()) + defaults.DUE_WAKEUP_MARGIN_S
-        chore = self._housekeeping_due_in()
-        if chore is not None:
-            timeout = chore if timeout is None else min(timeout, chore)
+        for chore in (self._housekeeping_due_in(), self._report_due_in()):
+            if chore is not None:
+                timeout = chore if timeout is None else min(timeout, chore)
         self._timer_changed.clear()
         try:
             await asyncio.wait_for(self._timer_changed.wait(), timeout)
@@ -186,10 +212,92 @@ class QueueActorBase:
             logger.exception("queue %d: storage housekeeping failed", self.index)
         if self._core.has_ready(now):
             self._notify_ready()
+        due = self._report_due_in()
+        if due is not None and due <= 0:
+            self._report_load()
         try:
             await self._housekeeping()
         except Exception:
             logger.exception("queue %d: storage housekeeping failed", self.index)
+
+    # -- load reports (what makes ``adapt()`` see the backlog) --------------------------------
+
+    def _report_due_in(self) -> float | None:
+        """Seconds until the next load report: every ``LOAD_REPORT_S`` while the queue has
+        work, and once more when it has none left; None when idle and reported so."""
+        if self.pool is None:
+            return None
+        s = self._core.stats()
+        if not (s.pending or self._reported_work):
+            return None
+        return max(0.0, self._reported_at + LOAD_REPORT_S - time.monotonic())
+
+    def _report_load(self, *, closing: bool = False) -> None:
+        """Tell the scheduler this queue's backlog (``daskqueue.membership`` adds it to the
+        scheduler's adaptive target): messages waiting or running and seconds per message.
+        A closing queue reports none."""
+        s = self._core.stats() if not closing else CoreStats(0, 0, 0, 0, 0, 0, 0, 0, 0)
+        self._reported_at = time.monotonic()
+        self._reported_work = bool(s.pending)
+        try:
+            from distributed import get_worker
+
+            worker = get_worker()
+        except (ImportError, ValueError):  # not on a worker (a queue driven by hand in tests)
+            return
+        worker.log_event(LOAD_TOPIC, {"pool": self.pool, "queue": self.index, "ready": s.ready,
+                                      "delayed": s.delayed, "leased": s.leased, "task_s": self._task_s})
+
+    def _measure(self, lease: Lease, done: int, now: float) -> None:
+        """Seconds per message from a settled lease (lease to settle: running and the wait
+        in the consumer's prefetch, an overestimate by at most one batch)."""
+        if done > 0:
+            per = max(0.0, now - lease.started) / done
+            self._task_s = per if self._task_s is None else 0.8 * self._task_s + 0.2 * per
+
+    # -- handing the queue to a successor (graceful retirement of its worker) -----------------
+
+    async def hand_off(self) -> bytes:
+        """Stop serving and return what a successor needs to go on where this one stops
+        (a pickled dict; ``_import_handoff`` of the same class takes it).
+
+        Every call from now on raises :class:`QueueHandedOffError` (nothing of it done: the
+        caller repeats it at the successor); waiters are woken; a compaction running now
+        finishes first. The state is read after the sweeper has stopped, so it is complete.
+        """
+        self._check_serving()
+        self._handed_off = True
+        await self.close()
+        return pickle.dumps(self._export_handoff(self._now()), PROTOCOL)
+
+    def _export_handoff(self, now: float) -> dict[str, Any]:
+        """The whole state (in memory, the only copy): messages, leases, dead letters,
+        results not fetched, functions, put tokens."""
+        return {
+            "core": self._core.export_state(now=now),
+            "funcs": self._funcs,
+            "results": self._results,
+            "results_base": self._results_base,
+            "tokens": self._tokens,
+            "get_calls": self._get_calls,
+            "task_s": self._task_s,
+        }
+
+    def _import_handoff(self, state: dict[str, Any]) -> None:
+        self._core.import_state(state["core"], now=self._now())
+        self._funcs = state["funcs"]
+        self._results = state["results"]
+        self._results_base = state["results_base"]
+        self._tokens = state["tokens"]
+        self._get_calls = state["get_calls"]
+        self._task_s = state["task_s"]
+
+    def _remember_token(self, token: bytes | None, ranges: list[tuple[int, int]]) -> None:
+        if token is None or not ranges:
+            return
+        self._tokens[token] = (ranges[0][0], sum(n for _, n in ranges))
+        if len(self._tokens) > TOKENS_KEPT:  # dicts keep insertion order: drop the oldest
+            del self._tokens[next(iter(self._tokens))]
 
     # -- pausing the queue for work off the loop --------------------------------------------
 
@@ -259,8 +367,9 @@ class QueueActorBase:
         """Split put groups that storage cannot hold in one record (identity in memory)."""
         return groups
 
-    def _on_put(self, chunks: list[tuple[Chunk, float]], funcs: dict[bytes, bytes], now: float) -> None:
-        """Persist freshly put chunks (and new functions) before the put is answered."""
+    def _on_put(self, chunks: list[tuple[Chunk, float]], funcs: dict[bytes, bytes], now: float,
+                token: bytes | None, ranges: list[tuple[int, int]]) -> None:
+        """Persist freshly put chunks (new functions, the put's token) before it is answered."""
 
     def _after_change(self, now: float) -> None:
         """Persist the core's journalled transitions before the call is answered."""
@@ -284,16 +393,20 @@ class QueueActorBase:
 
     # -- the data plane -----------------------------------------------------------------------
 
-    async def put_batch(self, blob: bytes) -> list[tuple[int, int]]:
+    async def put_batch(self, blob: bytes, token: bytes | None = None) -> list[tuple[int, int]]:
         """Enqueue a put blob; return ``(first_seq, count)`` per group of the blob, in order.
 
         A group that storage splits into several chunks still gets one range: its chunks are
-        made one after the other, so their sequence numbers are consecutive.
+        made one after the other, so their sequence numbers are consecutive. A put with the
+        ``token`` of a put this queue stored already (a retry whose first answer was lost)
+        stores nothing and gets the first one's answer.
         """
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
         self._start()
         funcs, groups = decode_put(blob)
+        if token is not None and token in self._tokens:
+            return _ranges_of(self._tokens[token], groups)
         for g in groups:
             self._check_sizes(g.offsets)
         now = self._now()
@@ -311,7 +424,8 @@ class QueueActorBase:
                 first = chunk.base_seq if first is None else first
             ranges.append((first, group.count))
         new_funcs = {d: b for d, b in funcs.items() if d not in self._funcs}
-        self._on_put(chunks, new_funcs, now)  # raises (and nothing is enqueued) if storage fails
+        self._on_put(chunks, new_funcs, now, token, ranges)  # raises (nothing enqueued) if storage fails
+        self._remember_token(token, ranges)
         self._funcs.update(new_funcs)
         for chunk, delay_s in chunks:
             self._core.put(chunk, now=now, not_before=now + delay_s if delay_s > 0 else None)
@@ -421,6 +535,7 @@ class QueueActorBase:
         if results is not None and done:
             ranges = _ran_ranges(lease, done)
             self._add_result(ResultRecord(self.index, ranges, sorted(errors), results, None))
+        self._measure(lease, done, now)
         s = self._core.settle(lease_id, done=done, errors=errors, fatal=fatal, now=now)
         try:
             self._after_change(now)
@@ -460,6 +575,8 @@ class QueueActorBase:
         """The pickled functions with these digests (those this queue knows)."""
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
+        if self._handed_off:
+            self._check_serving()
         return {d: self._funcs[d] for d in digests if d in self._funcs}
 
     async def fetch_results(self, cursor: int) -> tuple[int, bytes]:
@@ -471,6 +588,8 @@ class QueueActorBase:
         """
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
+        if self._handed_off:  # its results went to the successor, under the same numbers
+            self._check_serving()
         drop = max(0, min(cursor - self._results_base, len(self._results)))
         if drop:
             self._drop_results(drop)
@@ -507,6 +626,8 @@ class QueueActorBase:
     async def stats(self) -> QueueStats:
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
+        if self._handed_off:
+            self._check_serving()
         s = self._core.stats()
         return QueueStats(
             index=self.index,
@@ -539,6 +660,31 @@ class QueueActorBase:
             self._sweeper = None
         await self._unpaused()  # a compaction run by compact() still owns the storage
         self._close_storage()
+        if self._reported_work and not self._handed_off:  # its backlog is no one's to run now
+            self._report_load(closing=True)
+
+
+def _ranges_of(stored: tuple[int, int], groups: list[Any]) -> list[tuple[int, int]]:
+    """The answer to a retried put: its groups' ranges from the first put's first seq (the
+    messages of one put have consecutive seqs)."""
+    first, count = stored
+    if sum(g.count for g in groups) != count:
+        raise ValueError(f"a put token was reused for another put ({count} messages before)")
+    ranges = []
+    for g in groups:
+        ranges.append((first, g.count))
+        first += g.count
+    return ranges
+
+
+def _here() -> str:
+    """The address of the worker this runs on ("" off a worker)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return ""
 
 
 def _segment(span: Span) -> Segment:

@@ -93,6 +93,7 @@ class Lease:
     deadline: float
     count: int
     owner: str | None = None
+    started: float = 0.0  # when it was handed out (what a queue measures task time from)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +281,7 @@ class QueueCore:
         taken = max_items - want
         self._n.ready -= taken
         self._n.leased += taken
-        lease = Lease(next(self._lease_ids), spans, now + self.lease_timeout_s, taken, owner)
+        lease = Lease(next(self._lease_ids), spans, now + self.lease_timeout_s, taken, owner, now)
         self._leases[lease.lease_id] = lease
         heapq.heappush(self._deadlines, (lease.deadline, lease.lease_id))
         return lease
@@ -451,6 +452,10 @@ class QueueCore:
         self._n.total_taken_back += n
         return n
 
+    def leases(self) -> list[Lease]:
+        """Every live lease."""
+        return list(self._leases.values())
+
     def lease(self, lease_id: int) -> Lease | None:
         """The live lease with this id, or None if it expired or was settled."""
         return self._leases.get(lease_id)
@@ -519,6 +524,52 @@ class QueueCore:
     def advance_seq(self, next_seq: int) -> None:
         """Never hand out a sequence number below ``next_seq`` (ids are never reused)."""
         self._next_seq = max(self._next_seq, next_seq)
+
+    def restore_lease(
+        self, lease_id: int, spans: list[Span], *, deadline: float, owner: str | None, started: float
+    ) -> None:
+        """Bring back a live lease under its id (a queue handed over by its previous actor):
+        its spans stay leased, attempts unchanged, and its holder may settle or extend it."""
+        if lease_id in self._leases:
+            raise ValueError(f"lease {lease_id} exists already")
+        count = sum(s.count for s in spans)
+        for span in spans:
+            span.chunk.enqueued = True
+            self._next_seq = max(self._next_seq, span.chunk.base_seq + span.chunk.count)
+        self._n.total_put += count
+        self._n.leased += count
+        self._leases[lease_id] = Lease(lease_id, spans, deadline, count, owner, started)
+        heapq.heappush(self._deadlines, (deadline, lease_id))
+
+    def export_state(self, *, now: float) -> dict[str, Any]:
+        """Everything this core holds, for a successor on another process (``import_state``):
+        times are made relative to ``now``, since clocks differ between processes. Spans
+        share their chunks, so pickling the result keeps each payload once."""
+        return {
+            "next_seq": self._next_seq,
+            "ready": [s for p in self._priorities for s in self._ready[p]],
+            "delayed": [(t - now, s) for t, _, s in sorted(self._delayed, key=lambda d: d[:2])],
+            "leases": [(lease.lease_id, lease.deadline - now, lease.owner, lease.started - now, lease.spans)
+                       for lease in self._leases.values()],
+            "dead": list(self.dead),
+            "totals": (self._n.total_put, self._n.total_acked, self._n.total_retried,
+                       self._n.total_expired, self._n.total_taken_back),
+        }
+
+    def import_state(self, state: dict[str, Any], *, now: float) -> None:
+        """Take over what ``export_state`` gave, into this empty core, with times from ``now``."""
+        if self._n.total_put or self._next_seq:
+            raise ValueError("import_state needs an empty queue core")
+        for span in state["ready"]:
+            self._push_ready(span)
+        for due_in, span in state["delayed"]:
+            self._delay(span, now + due_in)
+        for lease_id, deadline_in, owner, started_in, spans in state["leases"]:
+            self.restore_lease(lease_id, spans, deadline=now + deadline_in, owner=owner, started=now + started_in)
+        self.dead = list(state["dead"])
+        n = self._n
+        n.total_put, n.total_acked, n.total_retried, n.total_expired, n.total_taken_back = state["totals"]
+        self._next_seq = state["next_seq"]
 
     def live_spans(self) -> list[tuple[Span, str]]:
         """Every unsettled span with its state: ``"ready"``, ``"delayed"`` or ``"leased"``."""

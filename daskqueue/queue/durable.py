@@ -12,9 +12,9 @@ from typing import Any
 from daskqueue import defaults
 from daskqueue.errors import PayloadTooLargeError, QueueClosedError, StoreError
 from daskqueue.messages import error_from_exception
-from daskqueue.queue.base import ChunkPayload, QueueActorBase
+from daskqueue.queue.base import TOKENS_KEPT, ChunkPayload, QueueActorBase
 from daskqueue.queue.core import LEASE_EXPIRED, Chunk, JournalEntry, Span
-from daskqueue.segment.format import PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType
+from daskqueue.segment.format import PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType, token_record
 from daskqueue.segment.recovery import Recovered, replay
 from daskqueue.segment.store import FsyncPolicy, SegmentStore
 from daskqueue.serialize import PROTOCOL, ChunkMeta, Group, ResultRecord
@@ -69,8 +69,12 @@ class DurableQueue(QueueActorBase):
         fsync_interval_s: float = defaults.FSYNC_INTERVAL_S,
         max_segment_bytes: int = defaults.MAX_SEGMENT_BYTES,
         compact_index_bytes: int = defaults.COMPACT_INDEX_BYTES,
+        handoff: bytes | None = None,
         **kwargs: Any,
     ) -> None:
+        """``handoff``: what ``hand_off()`` of this queue's previous actor returned (its
+        worker is retiring). Recovery reads the directory as after a crash, but the leases
+        that actor held stay leased, under their ids, instead of coming back (rule 6)."""
         super().__init__(index, **kwargs)
         if self._core.max_retries >= _MAX_ATTEMPTS_ON_DISK:
             raise ValueError(f"max_retries must be < {_MAX_ATTEMPTS_ON_DISK} for a durable queue")
@@ -93,7 +97,8 @@ class DurableQueue(QueueActorBase):
         self._compaction_due = False  # the sweeper compacts when it next wakes
         try:
             recovered = replay(self._store.take_records(), self._store.read_log, self._store.report)
-            self._restore(recovered)
+            adopted = pickle.loads(handoff)["leases"] if handoff is not None else []
+            self._restore(recovered, adopted)
         except BaseException:
             self._store.close()
             raise
@@ -111,21 +116,25 @@ class DurableQueue(QueueActorBase):
 
     # -- recovery -----------------------------------------------------------------------------
 
-    def _restore(self, rec: Recovered) -> None:
+    def _restore(self, rec: Recovered, adopted: list[Any] = ()) -> None:  # type: ignore[assignment]
         now = self._now()
         pins: dict[int, int] = {}
         fixes: list[IndexRecord] = []
+        held, accepted = _adoptable(rec, adopted)  # base_seq -> [(start, stop)] of live leases
+        chunks: dict[int, Chunk] = {}
         for rc in rec.chunks:
             h = rc.header
             payload = ChunkPayload(rc.offsets, rc.data, rc.segment, rc.offset)
-            chunk = Chunk(h.base_seq, h.count, h.priority, payload, ChunkMeta(h.kind, h.digest, h.type, h.key))
+            chunk = chunks[h.base_seq] = Chunk(h.base_seq, h.count, h.priority, payload,
+                                               ChunkMeta(h.kind, h.digest, h.type, h.key))
             self._core.restore(chunk, rc.spans, now=now, not_before=h.not_before or None)
             live = sum(stop - start for start, stop, _ in rc.spans)
-            for start, stop, attempts in rc.crashed_leases:
+            for start, stop, attempts in _minus(rc.crashed_leases, held.get(h.base_seq, [])):
                 record = self._restore_crashed(chunk, start, stop, attempts, now)
                 fixes.append(record)
                 if record.type == IndexType.RETRY:
                     live += stop - start
+            live += sum(stop - start for start, stop in held.get(h.base_seq, []))
             if live:  # a chunk rule 6 dead-lettered entirely pins nothing
                 self._chunk_live[h.base_seq] = [rc.segment, live]
                 pins[rc.segment] = pins.get(rc.segment, 0) + 1
@@ -136,6 +145,13 @@ class DurableQueue(QueueActorBase):
             self._funcs[digest] = data
             self._func_refs[digest] = (seg, off)
         self._restore_results(rec)
+        for lease_id, deadline_in, owner, started_in, spans in adopted:
+            if lease_id in accepted:
+                self._core.restore_lease(
+                    lease_id, [Span(chunks[base], start, stop, attempts) for base, start, stop, attempts in spans],
+                    deadline=now + deadline_in, owner=owner, started=now + started_in,
+                )
+        self._tokens = dict(list(rec.tokens.items())[-TOKENS_KEPT:])
         self._core.advance_seq(rec.next_seq)
         for seg in list(self._func_refs.values()) + list(self._dead_errors.values()):
             pins[seg[0]] = pins.get(seg[0], 0) + 1
@@ -204,7 +220,8 @@ class DurableQueue(QueueActorBase):
                 start = stop
         return out
 
-    def _on_put(self, chunks: list[tuple[Chunk, float]], funcs: dict[bytes, bytes], now: float) -> None:
+    def _on_put(self, chunks: list[tuple[Chunk, float]], funcs: dict[bytes, bytes], now: float,
+                token: bytes | None, ranges: list[tuple[int, int]]) -> None:
         records = []
         for digest, data in funcs.items():
             seg, off = self._store.append_log(LogType.FUNC, digest, data)
@@ -218,6 +235,9 @@ class DurableQueue(QueueActorBase):
             seg, off = self._store.append_log(LogType.CHUNK, header.to_bytes(), payload.offsets.tobytes(), payload.data)
             chunk.payload = payload.stored_at(seg, off)
             records.append(IndexRecord(IndexType.CHUNK, chunk.base_seq, chunk.count, 0, seg, off))
+        if token is not None and ranges:
+            # After the CHUNKs, in the same append: a token on disk means its put is there.
+            records.append(token_record(token, ranges[0][0], sum(n for _, n in ranges)))
         self._write_index(records)  # the put counts from here: a crash before it loses it
         for chunk, _ in chunks:
             seg = chunk.payload.segment
@@ -346,7 +366,24 @@ class DurableQueue(QueueActorBase):
             self._compaction_due = False
 
     def _close_storage(self) -> None:
-        self._store.close()
+        try:
+            self._take_journal()
+            self._write_index()  # records a failed write left pending: a last try
+        except StoreError as e:
+            logger.warning("queue %d: records not written at close (a reopen redelivers those "
+                           "messages): %s", self.index, e)
+        finally:
+            self._store.close()
+
+    def _export_handoff(self, now: float) -> dict[str, Any]:
+        """Everything is on disk but the live leases: the successor recovers the directory
+        and keeps these leased (their holders settle them there)."""
+        leases = [
+            (lease.lease_id, lease.deadline - now, lease.owner, lease.started - now,
+             [(s.chunk.base_seq, s.start, s.stop, s.attempts) for s in lease.spans])
+            for lease in self._core.leases()
+        ]
+        return {"leases": leases}
 
     # -- compaction ---------------------------------------------------------------------------
 
@@ -375,6 +412,7 @@ class DurableQueue(QueueActorBase):
         self._chunk_records(records, pins)
         dead_errors = self._copy_dead(records, pins)
         result_refs = self._copy_results(records, pins)
+        records.extend(token_record(t, first, n).to_bytes() for t, (first, n) in self._tokens.items())
         store.replace_index(records)
         self._func_refs, self._dead_errors, self._result_refs = func_refs, dead_errors, result_refs
         store.reset_pins(pins)
@@ -475,6 +513,37 @@ class DurableQueue(QueueActorBase):
             raise QueueClosedError(f"queue {self.index} is closed")
         await self._run_paused(self._compact)
         self._compaction_due = False
+
+
+def _adoptable(rec: Recovered, adopted: list[Any]) -> tuple[dict[int, list[tuple[int, int]]], set[int]]:
+    """The handed-over leases whose every span recovery found leased (rule 6 would make
+    them ready again): ``base_seq -> [(start, stop)]`` of their spans, and their ids. A lease
+    with a span it did not find is left to rule 6 whole."""
+    crashed = {rc.header.base_seq: rc.crashed_leases for rc in rec.chunks}
+    held: dict[int, list[tuple[int, int]]] = {}
+    accepted = set()
+    for lease_id, _, _, _, spans in adopted:
+        if all(any(a <= start and stop <= b for a, b, _ in crashed.get(base, ())) for base, start, stop, _ in spans):
+            accepted.add(lease_id)
+            for base, start, stop, _ in spans:
+                held.setdefault(base, []).append((start, stop))
+    return held, accepted
+
+
+def _minus(runs: list[tuple[int, int, int]], held: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """The parts of ``(start, stop, attempts)`` runs outside the ``held`` intervals."""
+    out = []
+    for start, stop, attempts in runs:
+        cursor = start
+        for a, b in sorted(held):
+            if b <= cursor or a >= stop:
+                continue
+            if a > cursor:
+                out.append((cursor, a, attempts))
+            cursor = max(cursor, b)
+        if cursor < stop:
+            out.append((cursor, stop, attempts))
+    return out
 
 
 def split_result_record(record: ResultRecord, limit: int) -> list[ResultRecord]:

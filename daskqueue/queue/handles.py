@@ -20,7 +20,18 @@ from typing import Any
 
 from distributed.actor import Actor
 
-__all__ = ["DirectActor", "direct_handles", "is_lost_worker", "actor_lost", "call_all", "LOST_CHECK_S"]
+__all__ = [
+    "DirectActor",
+    "WorkerActor",
+    "direct_handles",
+    "queue_ref",
+    "worker_handle",
+    "is_lost_worker",
+    "actor_lost",
+    "call_all",
+    "free_actor",
+    "LOST_CHECK_S",
+]
 
 logger = logging.getLogger("daskqueue")
 
@@ -43,6 +54,49 @@ class DirectActor(Actor):
         if self._worker is None and self._client is not None:
             return self._client.rpc(self._address)
         return super()._worker_rpc
+
+
+class WorkerActor(Actor):
+    """An ``Actor`` handle for use on a worker that holds no reference on the actor's key.
+
+    A plain ``Actor`` made on a worker binds a worker client and a ``Future`` on the key,
+    and one passed to ``client.submit`` is a dependency of the new task (an ``Actor`` is a
+    ``TaskRef``): either keeps the scheduler from forgetting a queue actor that moved, and
+    Dask then refuses to retire its worker. Consumers get :func:`queue_ref` tuples and make
+    these from them.
+    """
+
+    def _try_bind_worker_client(self) -> None:
+        if not self._worker:
+            try:
+                from distributed import get_worker
+
+                self._worker = get_worker()
+            except ValueError:
+                self._worker = None
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (WorkerActor, (self._cls, self._address, self.key))
+
+
+def free_actor(future: Any, handle: Any) -> None:
+    """Let the scheduler forget an actor now: release the future that created it and the
+    one its client-side handle holds (a handle caught in a reference cycle would otherwise
+    hold the key until the next garbage collection, and its worker could not retire)."""
+    future.release()
+    own = getattr(handle, "_future", None)
+    if own is not None:
+        own.release()
+
+
+def queue_ref(handle: Any) -> tuple[type, str, str]:
+    """What a consumer needs to call a queue actor: ``(class, address, key)``, plain data."""
+    return (handle._cls, handle._address, handle.key)
+
+
+def worker_handle(ref: Any) -> Any:
+    """A :class:`WorkerActor` for a :func:`queue_ref` tuple; anything else as it is."""
+    return WorkerActor(*ref) if isinstance(ref, tuple) else ref
 
 
 def direct_handles(

@@ -52,9 +52,11 @@ from daskqueue.queue.handles import (
     actor_lost,
     call_all,
     direct_handles,
+    free_actor,
     is_lost_worker,
 )
 from daskqueue.queue.transient import TransientQueue
+from daskqueue.segment.format import TOKEN_SIZE
 from daskqueue.results import MapClaim, ResultCollector
 from daskqueue.serialize import encode_put, pickle_function
 from daskqueue.membership import membership
@@ -182,24 +184,31 @@ class QueuePool:
     def _start_queues(self) -> list[Any]:
         """Start the queue actors: queue ``i`` on worker ``i mod n_workers``, only there when
         there are at least as many workers as queues (so no two share a worker)."""
-        workers = sorted(self._membership.workers)
+        workers = self._membership.placeable()
         if not workers:
             raise ConfigurationError("the client's cluster has no workers")
         queue_class, queue_args = self._queue_actor_args()
         spread = len(workers) >= self.n_queues
         self._queue_futures = [
             self.client.submit(
-                queue_class, *args, **self.config.queue_kwargs(), actor=True, pure=False,
+                queue_class, *args, **self._queue_kwargs(), actor=True, pure=False,
                 workers=[workers[i % len(workers)]], allow_other_workers=not spread,
             )
             for i, args in enumerate(queue_args)
         ]
         return _results_or_raise(self._queue_futures)
 
-    def _queue_actor_args(self) -> tuple[type, list[tuple[Any, ...]]]:
+    def _queue_kwargs(self) -> dict[str, Any]:
+        """Every queue actor's keyword arguments: the settings, and the pool's name (its load
+        reports to the scheduler are counted per pool and queue)."""
+        return dict(self.config.queue_kwargs(), pool=self.name)
+
+    def _queue_actor_args(self, *, prepare: bool = True) -> tuple[type, list[tuple[Any, ...]]]:
         """The queue actor class and each queue's positional arguments; prepares a durable
-        pool's directory."""
+        pool's directory (unless ``prepare`` is false)."""
         if self.durability == "durable":
+            if not prepare:
+                return DurableQueue, [(i, queue_dir(self.dirpath, i)) for i in range(self.n_queues)]  # type: ignore[arg-type]
             dirs = prepare_pool_dir(self.dirpath, self.n_queues)  # type: ignore[arg-type]
             return DurableQueue, list(enumerate(dirs))
         return TransientQueue, [(i,) for i in range(self.n_queues)]
@@ -405,10 +414,11 @@ class QueuePool:
             q = next(self._rr) % self.n_queues
             # A function confirmed at a queue is not sent to it again.
             extra = {d: b for d, b in funcs.items() if d not in self._sent_funcs[q]}
-            sends.append((q, groups, positions, self._call(q, "put_batch", encode_put(groups, extra))))
+            blob, token = encode_put(groups, extra), os.urandom(TOKEN_SIZE)
+            sends.append((q, groups, positions, blob, token, self._call(q, "put_batch", blob, token)))
         ids = [0] * n
-        for q, groups, positions, future in sends:
-            allocated = self._answer(q, future)
+        for q, groups, positions, blob, token, future in sends:
+            allocated = self._put_answer(q, future, blob, token)
             self._put_counts[q] += sum(g.count for g in groups)
             self._sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
             for (first_seq, count), pos in zip(allocated, positions):
@@ -422,6 +432,19 @@ class QueuePool:
                     for k, p in enumerate(pos):
                         ids[p] = make_id(q, first_seq + k)
         return ids
+
+    def _put_answer(self, q: int, pending: _Pending, blob: bytes, token: bytes) -> Any:
+        """The answer to a put; if the queue moved meanwhile (its answer may be lost), the same
+        put again where it moved, with the same token: a queue that stored it already answers
+        with the ids it gave and stores nothing, so the put is neither lost nor stored twice."""
+        for _ in range(defaults.PUT_ATTEMPTS - 1):
+            try:
+                return self._answer(q, pending)
+            except QueueMovedError:
+                self._await_move(q, pending.handle)
+                logger.info("queue %d moved while a put was in flight; putting again there", q)
+                pending = self._call(q, "put_batch", blob, token)
+        return self._answer(q, pending)
 
     def _call(self, q: int, method: str, *args: Any) -> Any:
         """Call ``method`` of queue ``q``; its future. Dask refuses a call to an actor whose
@@ -509,10 +532,16 @@ class QueuePool:
     def _has_running_consumers(self) -> bool:
         return any(cp.running for cp in list(self._consumer_pools))
 
-    def on_membership(self, joined: set[str], left: set[str]) -> None:
-        """Workers left: the queues there are lost; every other queue takes back at once the
-        leases of the consumers that were there (an attempt each)."""
-        if not left or self._closed:
+    def on_membership(self, joined: set[str], left: set[str], retiring: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        """Workers retire: their queues hand their state to successors elsewhere. Workers
+        left: the queues there are lost (a durable one is reopened elsewhere); every other
+        queue takes back at once the leases of the consumers that were there (an attempt each)."""
+        if self._closed:
+            return
+        for q, handle in enumerate(self.queues):
+            if handle._address in retiring and q not in self._lost and q not in self._moving:
+                self._hand_off(q)
+        if not left:
             return
         reopen = []
         for q, handle in enumerate(self.queues):
@@ -541,40 +570,88 @@ class QueuePool:
         queue if there is one) and move every handle to it: this pool's, its result
         collector's (same cursors: result numbering is on disk) and its consumers'."""
         try:
-            handle, future = self._start_durable(q)
+            handle, future = self._start_successor(q)
         except BaseException as e:
             logger.error("queue %d could not be reopened (%s); it stays lost", q, e)
-            self._lost[q] = self.queues[q]._address
+            self._give_up(q)
+            return
+        self._install(q, handle, future)
+        logger.warning("queue %d of %r reopened on %s", q, self, handle._address)
+
+    def _hand_off(self, q: int) -> None:
+        """Move queue ``q`` off its retiring worker: the queue stops serving and hands over
+        its state (a durable queue: its live leases; the rest is on disk), a successor takes
+        it on another worker, and every handle moves there. Calls made meanwhile wait for
+        the move; calls the old queue refused are made again at the successor."""
+        old = self.queues[q]
+        self._moving[q] = threading.Event()
+        try:
+            state = old.hand_off().result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
+        except Exception as e:  # it still serves: retirement will refuse its worker
+            logger.error("queue %d of %r could not hand off from %s: %s: %s", q, self, old._address,
+                         type(e).__name__, e)
             self._moving.pop(q).set()
             return
+        for attempt in range(2):
+            try:
+                handle, future = self._start_successor(q, state)
+                break
+            except BaseException as e:
+                logger.warning("queue %d: starting its successor failed (%s: %s)", q, type(e).__name__, e)
+        else:
+            if self.durability == "durable":
+                self._reopen(q)  # its leases come back ready (rule 6); nothing else is lost
+            else:
+                logger.error("queue %d of %r: no successor could take its state; its messages are lost", q, self)
+                self._give_up(q)
+            return
+        self._install(q, handle, future)
+        logger.info("queue %d of %r moved from retiring worker %s to %s", q, self, old._address, handle._address)
+
+    def _start_successor(self, q: int, handoff: bytes | None = None) -> tuple[Any, Any]:
+        """Start a new actor for queue ``q`` on a worker that may hold one (one without a
+        queue if there is one), with the ``handoff`` of its previous actor if it has one."""
+        busy = {h._address for i, h in enumerate(self.queues) if i != q}
+        workers = self._membership.placeable()
+        free = [w for w in workers if w not in busy and w != self.queues[q]._address] or workers
+        if not free:
+            raise QueueLostError(q, self.queues[q]._address, self.durability)
+        queue_class, queue_args = self._queue_actor_args(prepare=False)
+        state = None if handoff is None else self.client.scatter(handoff, workers=free[:1])
+        future = self.client.submit(
+            queue_class, *queue_args[q], **self._queue_kwargs(), handoff=state,
+            actor=True, pure=False, workers=free, allow_other_workers=False,
+        )
+        try:
+            handle = future.result(timeout=defaults.QUEUE_START_TIMEOUT_S)
+        finally:
+            if state is not None:
+                state.release()
+        direct = isinstance(self.queues[q], DirectActor)
+        return direct_handles([handle], direct=direct)[0], future
+
+    def _install(self, q: int, handle: Any, future: Any) -> None:
+        """Queue ``q`` lives at ``handle`` from now on: route there, free the old actor (its
+        worker may then retire), and point every consumer there."""
         if self._closed:  # closed meanwhile: the new actor must not keep the directory locked
             call_all([(f"queue {q}", handle)], "close", timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
             future.release()
-            self._lost[q] = self.queues[q]._address
-            self._moving.pop(q).set()
+            self._give_up(q)
             return
-        old = self._queue_futures[q]
+        old, old_handle = self._queue_futures[q], self.queues[q]
         self.queues[q], self._queue_futures[q] = handle, future
         self._sent_funcs[q] = set()
         self._moving.pop(q).set()
-        old.release()
-        logger.warning("queue %d of %r reopened on %s", q, self, handle._address)
+        free_actor(old, old_handle)
         for cp in list(self._consumer_pools):
             cp._queue_moved(q, handle)
 
-    def _start_durable(self, q: int) -> tuple[Any, Any]:
-        busy = {h._address for i, h in enumerate(self.queues) if i != q}
-        workers = sorted(self._membership.workers)
-        free = [w for w in workers if w not in busy] or workers
-        if not free:
-            raise QueueLostError(q, self.queues[q]._address, "durable")
-        future = self.client.submit(
-            DurableQueue, q, queue_dir(self.dirpath, q), **self.config.queue_kwargs(),  # type: ignore[arg-type]
-            actor=True, pure=False, workers=free, allow_other_workers=True,
-        )
-        handle = future.result(timeout=defaults.QUEUE_START_TIMEOUT_S)
-        direct = isinstance(self.queues[q], DirectActor)
-        return direct_handles([handle], direct=direct)[0], future
+    def _give_up(self, q: int) -> None:
+        """Queue ``q`` is lost for good: every call that needs it raises QueueLostError."""
+        self._lost[q] = self.queues[q]._address
+        moving = self._moving.pop(q, None)
+        if moving is not None:
+            moving.set()
 
     def _check_open(self) -> None:
         if self._closed:

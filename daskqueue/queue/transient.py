@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
+from typing import Any
+
 from daskqueue.queue.base import QueueActorBase
 
 __all__ = ["TransientQueue"]
@@ -17,7 +20,15 @@ class TransientQueue(QueueActorBase):
     ``put_batch(blob)``, ``get_batch(max_items, wait_s)``, ``get_batch_nowait(max_items)``,
     ``settle(lease_id, blob)``, ``extend(lease_ids)``, ``record_outcomes(...)``,
     ``get_functions(digests)``, ``fetch_results(cursor)``, ``fetch_dead(cursor)``,
-    ``stats()``, ``close()``. Calls after ``close()`` raise :class:`QueueClosedError`.
+    ``stats()``, ``hand_off()``, ``close()``. Calls after ``close()`` raise
+    :class:`QueueClosedError`, after ``hand_off()`` :class:`QueueHandedOffError`.
     """
 
     kind = "transient"
+
+    def __init__(self, index: int = 0, *, handoff: bytes | None = None, **kwargs: Any) -> None:
+        """``handoff``: what ``hand_off()`` of this queue's previous actor returned; this
+        actor goes on with that state (the pool moves a queue off a retiring worker so)."""
+        super().__init__(index, **kwargs)
+        if handoff is not None:
+            self._import_handoff(pickle.loads(handoff))

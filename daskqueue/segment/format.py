@@ -27,6 +27,9 @@ __all__ = [
     "IndexType",
     "IndexRecord",
     "ChunkHeader",
+    "TOKEN_SIZE",
+    "token_record",
+    "record_token",
     "pack_file_header",
     "pack_log_record",
     "log_name",
@@ -127,6 +130,25 @@ class IndexType(IntEnum):
     RESULT = 8
     RESULT_DROP = 9
     WATERMARK = 10
+    TOKEN = 11
+
+
+#: Bytes of a put's idempotency token; a TOKEN index record holds it in its segment and
+#: offset fields (4 + 8 bytes, little-endian), so it needs no log record.
+TOKEN_SIZE = 12
+
+
+def token_record(token: bytes, first: int, count: int) -> IndexRecord:
+    """The TOKEN index record of a put of ``count`` messages from seq ``first``."""
+    if len(token) != TOKEN_SIZE:
+        raise ValueError(f"a put token is {TOKEN_SIZE} bytes, got {len(token)}")
+    return IndexRecord(IndexType.TOKEN, first, count, 0, int.from_bytes(token[:4], "little"),
+                       int.from_bytes(token[4:], "little"))
+
+
+def record_token(record: IndexRecord) -> bytes:
+    """The token a TOKEN index record holds."""
+    return record.segment.to_bytes(4, "little") + record.offset.to_bytes(8, "little")
 
 
 def pack_file_header(magic: bytes, version: int = FORMAT_VERSION) -> bytes:

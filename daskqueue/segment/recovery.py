@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from daskqueue.errors import CorruptRecordError
-from daskqueue.segment.format import DIGEST_SIZE, PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType
+from daskqueue.segment.format import (
+    DIGEST_SIZE,
+    PAYLOAD_OFFSET,
+    ChunkHeader,
+    IndexRecord,
+    IndexType,
+    LogType,
+    record_token,
+)
 
 __all__ = ["Recovered", "RecoveredChunk", "replay", "decode_chunk", "READY", "LEASED", "ACKED", "DEAD"]
 
@@ -59,6 +67,7 @@ class Recovered:
     dead: list[tuple[int, int, bytes, int, int]] = field(default_factory=list)  # seq, attempts, error, seg, off
     funcs: dict[bytes, tuple[bytes, int, int]] = field(default_factory=dict)  # digest -> data, seg, off
     results: list[tuple[int, bytes, int, int]] = field(default_factory=list)  # number, blob, seg, off
+    tokens: dict[bytes, tuple[int, int]] = field(default_factory=dict)  # put token -> (first, count)
     next_seq: int = 0
     next_result: int = 0
     lost_messages: int = 0
@@ -106,6 +115,8 @@ def replay(
         elif t == IndexType.WATERMARK:
             out.next_seq = max(out.next_seq, r.first)
             out.next_result = max(out.next_result, r.offset)
+        elif t == IndexType.TOKEN:
+            out.tokens[record_token(r)] = (r.first, r.count)
     for base in bases:
         _restore_chunk(out, base, chunks[base], read_log, report)
     _load_rest(out, dead_refs, func_refs, result_refs, read_log, report)
