@@ -91,10 +91,13 @@ class ResultCollector:
         """
         with self._lock:
             which = range(self._n) if queue_index is None else [queue_index]
-            futures = [
-                (q, self._call(q, "fetch_outcomes", self._cursors[q], self._dead_cursors[q], wait_s))
-                for q in which
-            ]
+            futures = []
+            for q in which:
+                try:
+                    futures.append((q, self._call(q, "fetch_outcomes", self._cursors[q],
+                                                  self._dead_cursors[q], wait_s)))
+                except QueueMovedError:
+                    continue  # still moving after the wait: the next poll asks again
             n = 0
             for q, future in futures:
                 try:

@@ -214,13 +214,11 @@ class ConsumerPool:
         the queue pool), tell the others, and keep the pool at strength."""
         if self._closed:
             return
+        going = self._let_go_retiring(retiring)
         with self._lock:
-            going = [m for m in self._members if m.address in retiring]
             lost = [m for m in self._members if m.address in left]
-            self._members = [m for m in self._members if m.address not in left | retiring]
+            self._members = [m for m in self._members if m.address not in left]
             alive = list(self._members)
-        if going:
-            self._let_go(going)
         if left:
             self._tell(alive, "workers_lost", sorted(left))
         for m in lost:
@@ -236,12 +234,17 @@ class ConsumerPool:
                     self._add(worker, strict=False)
                     self.replaced += 1
 
-    def _let_go(self, members: list[_Member]) -> None:
+    def _let_go_retiring(self, retiring: set[str]) -> list[_Member]:
         """Consumers on retiring workers: stop (running items finish, fetched ones go back to
         their queues, every lease is settled) and close, within ``RETIRE_STOP_TIMEOUT_S``,
         then free the actors so that Dask may retire their workers. A consumer that is not
         done by then is freed anyway: its unsettled leases are taken back when its worker
-        leaves."""
+        leaves. Returns them (the queue pool calls this first, before its queues move)."""
+        with self._lock:
+            members = [m for m in self._members if m.address in retiring]
+            self._members = [m for m in self._members if m.address not in retiring]
+        if not members:
+            return []
         targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in members]
         failed = call_all(targets, "close", timeout_s=defaults.RETIRE_STOP_TIMEOUT_S)
         if failed:
@@ -249,6 +252,7 @@ class ConsumerPool:
         for m in members:
             logger.info("consumer %d left its retiring worker %s", m.index, m.address)
             free_actor(m.future, m.handle)
+        return members
 
     def _queue_moved(self, queue_index: int, handle: Any) -> None:
         """A durable queue was reopened elsewhere: every consumer calls it there from now on."""

@@ -545,8 +545,11 @@ class QueueCore:
         """Everything this core holds, for a successor on another process (``import_state``):
         times are made relative to ``now``, since clocks differ between processes. Spans
         share their chunks, so pickling the result keeps each payload once."""
+        next_lease_id = next(self._lease_ids)
+        self._lease_ids = itertools.count(next_lease_id)
         return {
             "next_seq": self._next_seq,
+            "next_lease_id": next_lease_id,
             "ready": [s for p in self._priorities for s in self._ready[p]],
             "delayed": [(t - now, s) for t, _, s in sorted(self._delayed, key=lambda d: d[:2])],
             "leases": [(lease.lease_id, lease.deadline - now, lease.owner, lease.started - now, lease.spans)
@@ -567,6 +570,10 @@ class QueueCore:
         for lease_id, deadline_in, owner, started_in, spans in state["leases"]:
             self.restore_lease(lease_id, spans, deadline=now + deadline_in, owner=owner, started=now + started_in)
         self.dead = list(state["dead"])
+        # Ids count up from a random base per actor; should this one's range reach the
+        # imported ids, start past them: a new lease must never take a live lease's id.
+        nxt, theirs = next(self._lease_ids), state["next_lease_id"]
+        self._lease_ids = itertools.count(theirs if 0 <= theirs - nxt < 1 << 32 else nxt)
         n = self._n
         n.total_put, n.total_acked, n.total_retried, n.total_expired, n.total_taken_back = state["totals"]
         self._next_seq = state["next_seq"]

@@ -175,7 +175,8 @@ class QueuePool:
         self._collector = ResultCollector(self.n_queues, self._call, self._answer)
         self._put_counts = [0] * self.n_queues
         self._lost: dict[int, str] = {}  # queue index -> the address it was lost with
-        self._moving: dict[int, threading.Event] = {}  # durable queues being reopened
+        self._moving: dict[int, threading.Event] = {}  # queues being reopened or handed off
+        self._parked: dict[int, bytes] = {}  # handed-off state waiting for a worker to join
         self._consumer_pools: weakref.WeakSet[Any] = weakref.WeakSet()
         self._closed = False
         self._membership.add_listener(self)
@@ -538,14 +539,21 @@ class QueuePool:
         queue takes back at once the leases of the consumers that were there (an attempt each)."""
         if self._closed:
             return
+        if retiring:
+            # Consumers there settle first, with their queues still in place: a queue with
+            # nowhere to go waits in the client, where no settlement can reach it.
+            for cp in list(self._consumer_pools):
+                cp._let_go_retiring(retiring)
         for q, handle in enumerate(self.queues):
             if handle._address in retiring and q not in self._lost and q not in self._moving:
                 self._hand_off(q)
+        if joined and self._parked:
+            self._unpark()
         if not left:
             return
         reopen = []
         for q, handle in enumerate(self.queues):
-            if handle._address not in left or q in self._lost:
+            if handle._address not in left or q in self._lost or q in self._parked:
                 continue
             if self.durability == "durable":
                 self._moving[q] = threading.Event()
@@ -592,6 +600,9 @@ class QueuePool:
                          type(e).__name__, e)
             self._moving.pop(q).set()
             return
+        if not self._placeable_for(q):
+            self._park(q, state)
+            return
         for attempt in range(2):
             try:
                 handle, future = self._start_successor(q, state)
@@ -608,12 +619,41 @@ class QueuePool:
         self._install(q, handle, future)
         logger.info("queue %d of %r moved from retiring worker %s to %s", q, self, old._address, handle._address)
 
+    def _placeable_for(self, q: int) -> list[str]:
+        """Workers a new actor of queue ``q`` may go to, those without a queue first."""
+        busy = {h._address for i, h in enumerate(self.queues) if i != q and i not in self._parked}
+        workers = [w for w in self._membership.placeable() if w != self.queues[q]._address]
+        return [w for w in workers if w not in busy] or workers
+
+    def _park(self, q: int, state: bytes) -> None:
+        """No other worker can take queue ``q`` now (every worker is retiring: jobs that
+        reached their walltime together): keep its handed-off state here, free the old actor
+        so its worker may retire, and start the successor on the next worker that joins.
+        Calls to the queue wait meanwhile, as for any move."""
+        self._parked[q] = state
+        free_actor(self._queue_futures[q], self.queues[q])
+        logger.warning("queue %d of %r: no worker can take it now; its state waits in the client "
+                       "for the next worker to join", q, self)
+
+    def _unpark(self) -> None:
+        """Workers joined: start the parked queues there."""
+        for q in sorted(self._parked):
+            if not self._placeable_for(q):
+                return
+            try:
+                handle, future = self._start_successor(q, self._parked[q])
+            except BaseException as e:
+                logger.warning("queue %d: starting its successor failed (%s: %s); it waits for "
+                               "another worker", q, type(e).__name__, e)
+                continue
+            del self._parked[q]
+            self._install(q, handle, future)
+            logger.warning("queue %d of %r started on %s with its parked state", q, self, handle._address)
+
     def _start_successor(self, q: int, handoff: bytes | None = None) -> tuple[Any, Any]:
         """Start a new actor for queue ``q`` on a worker that may hold one (one without a
         queue if there is one), with the ``handoff`` of its previous actor if it has one."""
-        busy = {h._address for i, h in enumerate(self.queues) if i != q}
-        workers = self._membership.placeable()
-        free = [w for w in workers if w not in busy and w != self.queues[q]._address] or workers
+        free = self._placeable_for(q)
         if not free:
             raise QueueLostError(q, self.queues[q]._address, self.durability)
         queue_class, queue_args = self._queue_actor_args(prepare=False)

@@ -33,11 +33,11 @@ def make_queue(request, client, tmp_path):
             pass
 
 
-def put(queue, items, **group):
+def put(queue, items, token=None, **group):
     offsets, data = pack_payloads(items, max_message_bytes=2**20)
     g = Group(Kind.RAW, None, group.get("type"), group.get("priority", 0), None,
               group.get("delay_s", 0.0), len(items), offsets, data)
-    return queue.put_batch(encode_put([g], {})).result()
+    return queue.put_batch(encode_put([g], {}), token).result()
 
 
 def get(queue, n=100, wait_s=0.0):
