@@ -106,3 +106,9 @@ class CountingSetup(ConsumerBase):
     def process_item(self, message):
         time.sleep(0.002)
         return self.setup_calls
+
+
+def sleep_then_arg(x):
+    """A short task (half a millisecond) that returns its argument."""
+    time.sleep(0.0005)
+    return x

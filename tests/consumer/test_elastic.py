@@ -195,3 +195,55 @@ def test_a_durable_queues_killed_worker_is_reopened_elsewhere_and_every_task_fin
     assert qp.map(tasks.double, range(100), timeout_s=60) == [2 * i for i in range(100)]
     cp.close()
     qp.close()
+
+
+def test_churn_every_task_of_a_durable_pool_has_one_result_while_workers_die_and_join(
+    cluster_factory, tmp_path
+):
+    """100,000 short tasks while, every 2 s, a queue's worker is killed (SIGKILL; its nanny
+    starts a new worker: a join), a worker is added, a worker is killed or one retired."""
+    import random
+    import threading
+
+    cluster, client = cluster_factory(3)
+    qp = QueuePool(client, 2, durability="durable", dirpath=tmp_path / "pool", fsync="never")
+    cp = ConsumerPool(client, qp)
+    cp.start()
+    stop = threading.Event()
+    done: list[str] = []
+
+    def churn():
+        rng = random.Random(7)
+        step = 0
+        while not stop.wait(2.0):
+            workers = sorted(client.scheduler_info()["workers"])
+            holding = [q._address for q in qp.queues if q._address in workers]
+            try:
+                if step % 4 in (0, 2) and holding:
+                    victim = holding[step // 2 % len(holding)]
+                    kill_worker(client, victim)
+                    done.append(f"killed queue worker {victim}")
+                elif step % 4 == 1:
+                    cluster.scale(len(cluster.workers) + 1)
+                    done.append("added a worker")
+                elif len(workers) > 2:
+                    victim = rng.choice(workers)
+                    client.retire_workers([victim])
+                    done.append(f"retired {victim}")
+            except Exception as e:  # a worker that left meanwhile: the churn goes on
+                done.append(f"{type(e).__name__}: {e}")
+            step += 1
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    try:
+        out = qp.map(tasks.sleep_then_arg, range(100_000), timeout_s=240)
+    finally:
+        stop.set()
+        churner.join(timeout=60)
+    assert out == list(range(100_000))
+    # Exactly one outcome came back per task: none was acked twice.
+    assert sum(qp._collector.settled) == 100_000
+    assert sum("killed" in d for d in done) >= 2, done
+    cp.close()
+    qp.close()
