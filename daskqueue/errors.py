@@ -6,8 +6,8 @@ One root, :class:`DaskQueueError`, then groups by who caused the error:
   :class:`SerializationError`, :class:`PayloadTooLargeError`);
 * the queue's state refuses the call (:class:`QueueClosedError`, :class:`QueueEmpty`,
   :class:`LeaseExpiredError`);
-* the queue's worker is gone (:class:`QueueLostError`); no consumer runs the work
-  (:class:`NoConsumersError`);
+* the queue's worker is gone (:class:`QueueLostError`), or the whole cluster with its
+  scheduler (:class:`SchedulerLostError`); no consumer runs the work (:class:`NoConsumersError`);
 * waiting ran out (:class:`JoinTimeoutError`);
 * the durable store's files or disk refuse (:class:`StoreError` and its leaves);
 * user code failed on a worker (:class:`RemoteTaskError`), or killed the process running it
@@ -29,6 +29,7 @@ __all__ = [
     "NoConsumersError",
     "QueueMovedError",
     "QueueHandedOffError",
+    "SchedulerLostError",
     "KilledWorkerError",
     "QueueEmpty",
     "LeaseExpiredError",
@@ -140,6 +141,26 @@ class QueueMovedError(QueueLostError):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (QueueMovedError, (self.queue_index, self.address))
+
+
+class SchedulerLostError(DaskQueueError):
+    """The client lost its scheduler: the workers, and every queue and consumer actor on them,
+    go with it (Dask workers close when their scheduler is gone).
+
+    Transient queues' messages are lost; durable queues' are on disk, and a new
+    ``QueuePool(..., durability="durable", dirpath=same)`` on a new cluster recovers them.
+    """
+
+    def __init__(self, status: str, dirpath: str | None = None) -> None:
+        what = (f"durable queues are safe on disk: open a new QueuePool on dirpath={dirpath!r} "
+                "in a new cluster to recover them" if dirpath is not None
+                else "transient queues' messages and unfetched results went with its workers")
+        super().__init__(f"the client lost its scheduler (client status {status!r}); {what}")
+        self.status = status
+        self.dirpath = dirpath
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (SchedulerLostError, (self.status, self.dirpath))
 
 
 class QueueHandedOffError(QueueMovedError):

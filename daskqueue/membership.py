@@ -62,6 +62,10 @@ HANDOFF_TIMEOUT_S = 20.0
 #: A queue's load report older than this is not counted (its queue stopped reporting).
 LOAD_STALE_S = 10.0
 
+#: How long the client may be reconnecting to its scheduler before the pools call the
+#: scheduler lost (its workers, and the actors on them, close when it is gone).
+SCHEDULER_LOST_S = 5.0
+
 
 def queue_target(loads: list[dict[str, Any]], *, target_duration_s: float, unknown_task_s: float,
                  threads_per_worker: float) -> int:
@@ -207,6 +211,7 @@ class Membership:
         client.subscribe_topic(topic, self._events.put)
         self.workers: set[str] = self._scheduler_workers()
         self.retiring: set[str] = set()
+        self._unreachable_since: float | None = None
         self._thread = threading.Thread(target=self._run, name="daskqueue-membership", daemon=True)
         self._thread.start()
 
@@ -216,6 +221,20 @@ class Membership:
     def placeable(self) -> list[str]:
         """The workers new actors may go to: live and not retiring, sorted."""
         return sorted(self.workers - self.retiring)
+
+    def scheduler_lost(self) -> str | None:
+        """The client's status if it has lost its scheduler (closed, or reconnecting for
+        more than :data:`SCHEDULER_LOST_S`), else None. Cheap: reads one attribute."""
+        status = getattr(self.client.status, "value", self.client.status)
+        if status in ("running", "newly-created"):
+            self._unreachable_since = None
+            return None
+        if status in ("closing", "closed"):
+            return status
+        now = time.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        return status if now - self._unreachable_since >= SCHEDULER_LOST_S else None
 
     def add_listener(self, listener: Listener) -> None:
         with self._lock:

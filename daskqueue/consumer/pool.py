@@ -321,6 +321,7 @@ class ConsumerPool:
             try:
                 qstats = self.queue_pool.stats()
             except QueueMovedError:  # a durable queue is still being reopened: wait on
+                self.queue_pool._check_scheduler()
                 if deadline is not None and time.monotonic() > deadline:
                     raise
                 continue
@@ -334,6 +335,7 @@ class ConsumerPool:
                                        f"of {self.queue_pool!r} is started: call start() first")
             if deadline is not None and time.monotonic() > deadline:
                 raise JoinTimeoutError(timeout or 0.0, _join_counts(qstats, inflight))
+            self.queue_pool._check_scheduler()
             time.sleep(defaults.POLL_INTERVAL_S)
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from daskqueue.errors import (
     QueueClosedError,
     QueueLostError,
     QueueMovedError,
+    SchedulerLostError,
     RemoteTaskError,
 )
 from daskqueue.messages import QUEUE_INDEX_BITS, Kind, make_id, split_id
@@ -355,6 +356,7 @@ class QueuePool:
                 }
                 raise JoinTimeoutError(timeout_s or 0.0, counts)
             if arrived == 0:
+                self._check_scheduler()
                 time.sleep(defaults.POLL_INTERVAL_S)
             if bar is not None and claim.settled > shown:
                 bar.update(claim.settled - shown)
@@ -470,14 +472,19 @@ class QueuePool:
         """Wait (bounded) until durable queue ``q`` has moved away from ``handle`` or is lost."""
         deadline = time.monotonic() + defaults.MOVE_WAIT_S
         while self.queues[q] is handle and q not in self._lost and time.monotonic() < deadline:
+            self._check_scheduler()
             time.sleep(defaults.POLL_INTERVAL_S)
 
     def _current(self, q: int) -> Any:
         """Queue ``q``'s handle; while a durable queue is being reopened elsewhere, wait for it
         (bounded). Raises :class:`QueueLostError` for a queue that is gone."""
         moving = self._moving.get(q)
-        if moving is not None and not moving.wait(defaults.MOVE_WAIT_S):
-            raise QueueMovedError(q, self.queues[q]._address)  # still recovering: ask again later
+        if moving is not None:
+            deadline = time.monotonic() + defaults.MOVE_WAIT_S
+            while not moving.wait(LOST_CHECK_S):
+                self._check_scheduler()
+                if time.monotonic() > deadline:  # still recovering: ask again later
+                    raise QueueMovedError(q, self.queues[q]._address)
         if q in self._lost:
             raise self._lost_error(q)
         return self.queues[q]
@@ -496,11 +503,20 @@ class QueuePool:
             except TimeoutError as e:
                 if future.done():
                     raise
+                self._check_scheduler()
                 if self._gone(q, handle):
                     raise self._lost_error(q, handle) from e
             except Exception as e:
+                self._check_scheduler()
                 self._raise_if_lost(q, e, handle)
                 raise
+
+    def _check_scheduler(self) -> None:
+        """Raise :class:`SchedulerLostError` if the client has lost its scheduler: every
+        queue went with the workers, so no wait for one may go on."""
+        status = self._membership.scheduler_lost()
+        if status is not None:
+            raise SchedulerLostError(status, self.dirpath)
 
     def _gone(self, q: int, handle: Any) -> bool:
         """Whether ``handle`` no longer stands for a live queue ``q`` (lost, or moved away)."""
