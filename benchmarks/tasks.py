@@ -66,3 +66,11 @@ def cpu_seconds() -> tuple[float, float, float]:
 def scheduler_task_count(dask_scheduler: Any = None) -> int:
     """How many tasks the scheduler holds (for ``client.run_on_scheduler``)."""
     return len(dask_scheduler.tasks)
+
+
+def sleep_span(seconds: float) -> tuple[float, float]:
+    """Sleep ``seconds``; return ``(start, end)`` in wall-clock seconds (every worker of a
+    ``LocalCluster`` shares the machine's clock, so spans compare across processes)."""
+    start = time.time()
+    time.sleep(seconds)
+    return start, time.time()

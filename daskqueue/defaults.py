@@ -83,3 +83,18 @@ STOP_TIMEOUT_S: float = 25.0
 #: Consumers: where user code runs. ``"auto"`` runs a consumer's batches in a child process
 #: when its worker also holds a queue, ``"process"`` always, ``"thread"`` never.
 ISOLATION: str = "auto"
+
+#: How long a durable queue opening its directory waits for another actor's lock on it to
+#: go: an actor whose client died (a restarted notebook kernel) closes within seconds.
+LOCK_WAIT_S: float = 8.0
+
+#: Type scheduling (``QueuePool(scheduler="fair" | "capped")``): the largest share of the
+#: pool's running slots one type may hold while another type waits, and how many runs of
+#: ready messages a queue looks past for a type under its limit.
+MAX_TYPE_SHARE: float = 0.8
+MAX_SCAN: int = 1000
+#: How often a queue of a typed pool tells its peers its ready and running counts per type
+#: (when they changed; every second regardless), and how old a peer's report may be before
+#: it is no longer counted (its queue stopped reporting: moved, lost, closed).
+TYPE_GOSSIP_S: float = 0.05
+TYPE_GOSSIP_STALE_S: float = 3.0

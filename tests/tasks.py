@@ -112,3 +112,11 @@ def sleep_then_arg(x):
     """A short task (half a millisecond) that returns its argument."""
     time.sleep(0.0005)
     return x
+
+
+def timed_sleep(x, seconds):
+    """Sleep; return ``(x, start, end)`` in wall-clock seconds (for overlap checks across
+    processes on one machine)."""
+    start = time.time()
+    time.sleep(seconds)
+    return x, start, time.time()

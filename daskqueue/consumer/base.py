@@ -28,7 +28,7 @@ from typing import Any, Callable, Literal
 from daskqueue import defaults
 from daskqueue.errors import LeaseExpiredError, QueueHandedOffError, QueueLostError
 from daskqueue.messages import Kind, Message, Task, error_from_exception, make_id
-from daskqueue.queue.handles import worker_handle
+from daskqueue.queue.handles import ORPHAN_CHECK_S, released_actor, worker_handle
 from daskqueue.serialize import Segment, decode_delivery, dumps, encode_settle, loads
 
 __all__ = ["ConsumerBase", "ConsumerStats", "Batch", "Outcome"]
@@ -175,6 +175,7 @@ class ConsumerBase:
         self._dead_addresses: set[str] = set()
         self._lost_event: asyncio.Event | None = None
         self._lifecycle: asyncio.Lock | None = None
+        self._orphan_close: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         state = "running" if self._loop_task is not None else "stopped"
@@ -378,7 +379,13 @@ class ConsumerBase:
     async def _fetch_loop(self) -> None:
         slots = asyncio.Semaphore(self.max_concurrency + self._prefetch)
         loop = asyncio.get_running_loop()
+        checked_at = time.monotonic()
         while not self._stop_requested:
+            if time.monotonic() - checked_at > ORPHAN_CHECK_S:
+                checked_at = time.monotonic()
+                if released_actor(self):
+                    self._close_orphan()
+                    return
             await slots.acquire()
             try:
                 batch = None if self._stop_requested else await self._fetch()
@@ -394,6 +401,16 @@ class ConsumerBase:
             task = loop.create_task(self._run_and_settle(batch, slots))
             self._finishing.add(task)
             task.add_done_callback(self._finishing.discard)
+
+    def _close_orphan(self) -> None:
+        """The worker released this consumer (its pool's client is gone): stop and close it
+        as ``close()`` would, on a task of its own (``close`` awaits this fetch loop), so its
+        threads, child process and leases do not outlive the pool. Fetched work is settled;
+        the rest stays in the queues for the next pool."""
+        logger.warning("consumer %d: its pool's client is gone (the worker released the actor); "
+                       "closing it", self.index)
+        # Held here, not awaited: nobody is left to await it; it ends when close() does.
+        self._orphan_close = asyncio.get_running_loop().create_task(self.close())
 
     async def _fetch(self) -> Batch | None:
         """One pass: every queue without waiting, home first; then long-poll the home queue.

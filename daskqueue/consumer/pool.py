@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
@@ -125,6 +126,7 @@ class ConsumerPool:
         self._next_index = 0
         self._started = False
         self._closed = False
+        self._id = uuid.uuid4().hex  # how the queues of a typed pool tell our slots apart
         self.replaced = 0
         self._membership = membership(client)
         workers = self._membership.placeable()
@@ -233,6 +235,8 @@ class ConsumerPool:
                 if worker is not None:
                     self._add(worker, strict=False)
                     self.replaced += 1
+        if self.running:
+            self._tell_slots()
 
     def _let_go_retiring(self, retiring: set[str]) -> list[_Member]:
         """Consumers on retiring workers: stop (running items finish, fetched ones go back to
@@ -294,12 +298,20 @@ class ConsumerPool:
         failed = self._call_all("start")
         if failed:
             logger.warning("starting consumers failed: %s", failed)
+        self._tell_slots()
+
+    def _tell_slots(self) -> None:
+        """A typed queue pool shares its running slots out by type: tell it ours (none when
+        stopped)."""
+        slots = len(self._live()) * self._options["max_concurrency"] if self.running else 0
+        self.queue_pool._set_slots(self._id, slots)
 
     def cancel(self) -> None:
         """Stop every consumer: running items finish, fetched-but-unstarted ones are released
         back to their queues, every fetched batch is settled. ``start()`` resumes. Returns
         within ``STOP_TIMEOUT_S`` (25 s) even if workers died."""
         self._started = False
+        self._tell_slots()
         failed = self._call_all("stop")
         if failed:
             logger.warning("stopping consumers failed: %s", failed)
@@ -347,6 +359,8 @@ class ConsumerPool:
         if failed:
             logger.warning("closing consumers failed: %s", failed)
         self._started = False
+        if not self.queue_pool._closed:
+            self._tell_slots()
 
     @property
     def running(self) -> bool:

@@ -33,7 +33,9 @@ from daskqueue.errors import (
 )
 from daskqueue.messages import killed_error
 from daskqueue.queue.core import Chunk, CoreStats, Lease, QueueCore, Settlement, Span
+from daskqueue.queue.policy import FIFO, TypePolicy
 from daskqueue.membership import LOAD_TOPIC
+from daskqueue.queue.handles import ORPHAN_CHECK_S, released_actor
 from daskqueue.serialize import PROTOCOL, ResultRecord, Segment, decode_put, decode_settle, encode_delivery
 
 __all__ = ["QueueActorBase", "QueueStats", "ChunkPayload", "TOKENS_KEPT"]
@@ -114,6 +116,7 @@ class QueueActorBase:
         max_message_bytes: int = defaults.MAX_MESSAGE_BYTES,
         seed: int | None = None,
         pool: str | None = None,
+        policy: TypePolicy = FIFO,
     ) -> None:
         self.index = index
         self.pool = pool
@@ -126,7 +129,14 @@ class QueueActorBase:
             retry_backoff_jitter=retry_backoff_jitter,
             seed=seed,
             lease_id_base=int.from_bytes(os.urandom(_LEASE_ID_BASE_BITS // 8), "little") << 16,
+            policy=policy,
         )
+        # Typed pools (fair / capped): slots per consumer pool, the peer queues, and their
+        # latest counts per type, ``index -> (monotonic time, {type: (ready, running)})``.
+        self._slots: dict[str, int] = {}
+        self._peers: list[Any] = []
+        self._peer_reports: dict[int, tuple[float, dict[Any, tuple[int, int]]]] = {}
+        self._gossip: asyncio.Task[None] | None = None
         self._funcs: dict[bytes, bytes] = {}
         self._results: list[ResultRecord] = []  # records not yet fetched
         self._results_base = 0  # cursor of self._results[0]
@@ -143,6 +153,8 @@ class QueueActorBase:
         self._task_s: float | None = None  # measured seconds per message, lease to settle
         self._reported_at = 0.0  # when the load was last reported to the scheduler
         self._reported_work = False  # whether that report had work in it
+        self._checked_at = 0.0  # when the sweeper last checked that its worker holds it
+        self._orphan_close: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         s = self._core.stats()
@@ -162,6 +174,8 @@ class QueueActorBase:
             self._outcome_event = asyncio.Event()
             self._timer_changed = asyncio.Event()
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+            if self._core.policy.typed:
+                self._gossip = asyncio.get_running_loop().create_task(self._gossip_forever())
 
     def _check_serving(self) -> None:
         if self._handed_off:
@@ -182,7 +196,25 @@ class QueueActorBase:
             await self._unpaused()
             if self._closed:
                 return
+            if self._orphaned():
+                return
             await self._sweep_once(self._now())
+
+    def _orphaned(self) -> bool:
+        """Every ``ORPHAN_CHECK_S``: if the worker released this actor (its pool's client is
+        gone), close it (on a task of its own: ``close`` awaits this sweeper), so that its
+        directory's lock is free for the next pool. Returns whether it did."""
+        now = time.monotonic()
+        if now - self._checked_at < ORPHAN_CHECK_S:
+            return False
+        self._checked_at = now
+        if not released_actor(self):
+            return False
+        logger.warning("queue %d: its pool's client is gone (the worker released the actor); "
+                       "closing it", self.index)
+        # Held here, not awaited: nobody is left to await it; it ends when close() does.
+        self._orphan_close = asyncio.get_running_loop().create_task(self.close())
+        return True
 
     async def _sleep_until_due(self) -> None:
         """Until the next lease deadline, delayed message or housekeeping, or a wakeup."""
@@ -190,14 +222,18 @@ class QueueActorBase:
         wakeup = self._core.next_wakeup()
         self._sweep_at = wakeup
         timeout = None if wakeup is None else max(0.0, wakeup - self._now()) + defaults.DUE_WAKEUP_MARGIN_S
-        for chore in (self._housekeeping_due_in(), self._report_due_in()):
+        orphan_check = max(0.0, self._checked_at + ORPHAN_CHECK_S - time.monotonic())
+        for chore in (self._housekeeping_due_in(), self._report_due_in(), orphan_check):
             if chore is not None:
                 timeout = chore if timeout is None else min(timeout, chore)
         self._timer_changed.clear()
+        # asyncio.wait, not wait_for: on Python 3.11 a wait_for cancelled just as its inner
+        # wait finishes returns instead of raising, and a cancelled sweeper would run on.
+        waiter = asyncio.ensure_future(self._timer_changed.wait())
         try:
-            await asyncio.wait_for(self._timer_changed.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
+            await asyncio.wait({waiter}, timeout=timeout)
+        finally:
+            waiter.cancel()
 
     async def _sweep_once(self, now: float) -> None:
         """One wakeup's work: expire, persist, wake getters, then housekeeping, last because
@@ -254,6 +290,66 @@ class QueueActorBase:
         if done > 0:
             per = max(0.0, now - lease.started) / done
             self._task_s = per if self._task_s is None else 0.8 * self._task_s + 0.2 * per
+
+    # -- typed pools: slots and the peers' counts (see daskqueue.queue.policy) ----------------
+
+    async def set_slots(self, owner: str, slots: int) -> None:
+        """Consumer pool ``owner`` runs ``slots`` batches at once (0: it stopped); the pool's
+        slots are the sum, what fair shares are taken of."""
+        if slots > 0:
+            self._slots[owner] = slots
+        else:
+            self._slots.pop(owner, None)
+        self._core.slots = sum(self._slots.values())
+        if self._ready_event is not None:
+            self._notify_ready()
+
+    async def set_peers(self, refs: list[Any]) -> None:
+        """The pool's other queues (``queue_ref`` tuples), which this one tells its counts."""
+        from daskqueue.consumer.base import _bind_local
+        from daskqueue.queue.handles import worker_handle
+
+        self._peers = [_bind_local(worker_handle(r)) for r in refs]
+
+    async def peer_counts(self, index: int, counts: dict[Any, tuple[int, int]]) -> None:
+        """Queue ``index`` of the pool has these ready messages and running batches per type."""
+        self._peer_reports[index] = (time.monotonic(), counts)
+        if self._ready_event is not None:
+            self._notify_ready()  # a peer's slot may have freed: waiting getters look again
+
+    def _count_peers(self) -> None:
+        """Sum the fresh peer reports into the core's view of the rest of the pool."""
+        fresh_after = time.monotonic() - defaults.TYPE_GOSSIP_STALE_S
+        ready: dict[Any, int] = {}
+        running: dict[Any, int] = {}
+        for index, (at, counts) in list(self._peer_reports.items()):
+            if at < fresh_after or index == self.index:
+                del self._peer_reports[index]
+                continue
+            for t, (r, n) in counts.items():
+                ready[t] = ready.get(t, 0) + r
+                running[t] = running.get(t, 0) + n
+        self._core.peer_ready, self._core.peer_running = ready, running
+
+    async def _gossip_forever(self) -> None:
+        """Tell the peers this queue's counts per type when they change (at most every
+        ``TYPE_GOSSIP_S``), and every second regardless so that they know it is alive. A
+        peer that does not answer is skipped; its own report goes stale meanwhile."""
+        last: dict[Any, tuple[int, int]] | None = None
+        sent_at = 0.0
+        while True:
+            await asyncio.sleep(defaults.TYPE_GOSSIP_S)
+            counts = self._core.type_counts()
+            if not self._peers or (counts == last and time.monotonic() - sent_at < 1.0):
+                continue
+            last, sent_at = counts, time.monotonic()
+            calls = [asyncio.ensure_future(p.peer_counts(self.index, counts)) for p in self._peers]
+            done, pending = await asyncio.wait(calls, timeout=defaults.TYPE_GOSSIP_STALE_S / 3)
+            for call in pending:
+                call.cancel()
+            for call in done:
+                if call.exception() is not None:
+                    logger.debug("queue %d: a peer did not take its counts: %s", self.index, call.exception())
 
     # -- handing the queue to a successor (graceful retirement of its worker) -----------------
 
@@ -418,7 +514,8 @@ class QueueActorBase:
                 offsets = array("I")
                 offsets.frombytes(g.offsets)
                 chunk = self._core.new_chunk(
-                    g.count, priority=g.priority, payload=ChunkPayload(offsets, g.data), meta=g.meta()
+                    g.count, priority=g.priority, payload=ChunkPayload(offsets, g.data), meta=g.meta(),
+                    type=g.type,
                 )
                 chunks.append((chunk, g.delay_s))
                 first = chunk.base_seq if first is None else first
@@ -459,6 +556,8 @@ class QueueActorBase:
             if self._closed:
                 return None
             now = self._now()
+            if self._gossip is not None:
+                self._count_peers()
             lease = self._core.get_batch(max_items, now=now, owner=owner)
             if lease is not None:
                 self._persist_lease(lease, now)
@@ -547,7 +646,7 @@ class QueueActorBase:
         """Wake the sweeper for retries, getters for released messages, outcome waiters."""
         if s.n_retried:
             self._reschedule()
-        if s.n_released:
+        if s.n_released or self._gossip is not None:  # typed: a running slot was freed
             self._notify_ready()
         self._notify_outcomes()
 
@@ -651,6 +750,10 @@ class QueueActorBase:
         if self._closed:
             return
         self._closed = True
+        if self._gossip is not None:
+            self._gossip.cancel()
+            await asyncio.wait({self._gossip})
+            self._gossip = None
         if self._sweeper is not None:
             assert self._timer_changed is not None
             self._timer_changed.set()

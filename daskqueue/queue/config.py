@@ -5,12 +5,13 @@ arguments derive. The defaults live in ``daskqueue/defaults.py``; ``QueuePool`` 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Mapping
 
 from daskqueue import defaults
 from daskqueue.errors import ConfigurationError
 from daskqueue.messages import MAX_QUEUES
+from daskqueue.queue.policy import Scheduler, TypePolicy
 from daskqueue.segment.format import CHUNK_HEADER, FILE_HEADER, LOG_RECORD_HEADER, PAYLOAD_OFFSET
 from daskqueue.validate import check_choice, check_number
 
@@ -48,6 +49,11 @@ class PoolConfig:
     fsync_interval_s: float = defaults.FSYNC_INTERVAL_S
     max_segment_bytes: int = defaults.MAX_SEGMENT_BYTES
     compact_index_bytes: int = defaults.COMPACT_INDEX_BYTES
+    scheduler: Scheduler = "fifo"
+    max_type_share: float = defaults.MAX_TYPE_SHARE
+    max_scan: int = defaults.MAX_SCAN
+    max_type_cap: int | None = None
+    type_caps: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_options(cls, n_queues: int = 1, *, dirpath: str | os.PathLike[str] | None = None,
@@ -81,6 +87,25 @@ class PoolConfig:
         check_number("retry_backoff_max_s", self.retry_backoff_max_s, at_least=0)
         check_number("max_message_bytes", self.max_message_bytes, integer=True, above=0)
         check_number("put_batch_size", self.put_batch_size, integer=True, above=0)
+        check_choice("scheduler", self.scheduler, ("fifo", "fair", "capped"))
+        check_number("max_type_share", self.max_type_share, above=0, at_most=1)
+        check_number("max_scan", self.max_scan, integer=True, at_least=1)
+        if self.max_type_cap is not None:
+            check_number("max_type_cap", self.max_type_cap, integer=True, at_least=1)
+        if not isinstance(self.type_caps, Mapping):
+            raise ConfigurationError(f"type_caps must be a dict {{type: cap}}, got {self.type_caps!r:.80}")
+        for t, cap in self.type_caps.items():
+            if not isinstance(t, str):
+                raise ConfigurationError(f"type_caps keys must be type names (str), got {t!r:.80}")
+            check_number(f"type_caps[{t!r}]", cap, integer=True, at_least=1)
+        if self.scheduler != "capped" and (self.max_type_cap is not None or self.type_caps):
+            raise ConfigurationError(f"max_type_cap and type_caps need scheduler='capped', got {self.scheduler!r}")
+
+    @property
+    def policy(self) -> TypePolicy:
+        """The queues' type-scheduling policy."""
+        return TypePolicy(self.scheduler, self.max_type_share, self.max_scan, self.max_type_cap,
+                          dict(self.type_caps))
 
     def message_limit(self, type: str | None = None, key: str | None = None) -> int:
         """The largest pickled payload one message of a put with this ``type`` and ``key`` may
@@ -101,6 +126,8 @@ class PoolConfig:
             retry_backoff_max_s=self.retry_backoff_max_s,
             max_message_bytes=self.message_limit(),
         )
+        if self.scheduler != "fifo":
+            kwargs["policy"] = self.policy
         if self.durability == "durable":
             kwargs.update(
                 fsync=self.fsync, fsync_interval_s=self.fsync_interval_s,

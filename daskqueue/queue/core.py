@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from daskqueue.queue.backoff import compute_backoff
+from daskqueue.queue.policy import FIFO, TypePolicy
 from daskqueue.segment.format import IndexType
 
 __all__ = ["Chunk", "Span", "Lease", "DeadLetter", "JournalEntry", "QueueCore", "CoreStats", "LEASE_EXPIRED"]
@@ -53,6 +54,7 @@ class Chunk:
     payload: Any = None
     meta: Any = None
     enqueued: bool = False
+    type: str | None = None  # the messages' type (what a TypePolicy schedules by)
 
 
 @dataclass(slots=True, eq=False)
@@ -94,6 +96,8 @@ class Lease:
     count: int
     owner: str | None = None
     started: float = 0.0  # when it was handed out (what a queue measures task time from)
+    typed: bool = False  # counted in its type's running batches (a typed policy's lease)
+    type: str | None = None  # the type of every message in it, when ``typed``
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +186,7 @@ class QueueCore:
         retry_backoff_jitter: float = 0.5,
         seed: int | None = None,
         lease_id_base: int = 0,
+        policy: TypePolicy = FIFO,
     ) -> None:
         if not lease_timeout_s > 0:
             raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s!r}")
@@ -210,6 +215,17 @@ class QueueCore:
         #: When a list, every transition is appended to it as a :class:`JournalEntry`, in
         #: order, for a durable shell to persist; None (the default) records nothing.
         self.journal: list[JournalEntry] | None = None
+        # Type scheduling (see daskqueue.queue.policy); inert under FIFO.
+        self.policy = policy
+        self._typed = policy.typed
+        #: The pool's running slots (consumers x max_concurrency), told by the shell.
+        self.slots = 0
+        #: Ready messages and running batches per type in the pool's other queues (the
+        #: shell keeps them from its peers' reports); added to this queue's own counts.
+        self.peer_ready: dict[str | None, int] = {}
+        self.peer_running: dict[str | None, int] = {}
+        self._ready_by_type: dict[str | None, int] = {}
+        self._running_by_type: dict[str | None, int] = {}
 
     def _log(self, entry: JournalEntry) -> None:
         if self.journal is not None:
@@ -222,11 +238,12 @@ class QueueCore:
         """The sequence number the next put message will get."""
         return self._next_seq
 
-    def new_chunk(self, count: int, *, priority: int = 0, payload: Any = None, meta: Any = None) -> Chunk:
+    def new_chunk(self, count: int, *, priority: int = 0, payload: Any = None, meta: Any = None,
+                  type: str | None = None) -> Chunk:
         """Allocate ``count`` sequence numbers for a put (call ``put`` with the chunk next)."""
         if count <= 0:
             raise ValueError(f"a chunk holds at least one message, got count={count}")
-        chunk = Chunk(self._next_seq, count, priority, payload, meta)
+        chunk = Chunk(self._next_seq, count, priority, payload, meta, type=type)
         self._next_seq += count
         return chunk
 
@@ -262,6 +279,8 @@ class QueueCore:
         self._promote_due(now)
         if self._n.ready == 0:
             return None
+        if self._typed:
+            return self._get_typed(max_items, now, owner)
         spans: list[Span] = []
         want = max_items
         while want and self._priorities:
@@ -285,6 +304,94 @@ class QueueCore:
         self._leases[lease.lease_id] = lease
         heapq.heappush(self._deadlines, (lease.deadline, lease.lease_id))
         return lease
+
+    # -- typed delivery (fair / capped) ----------------------------------------------------
+
+    def type_counts(self) -> dict[str | None, tuple[int, int]]:
+        """``{type: (ready messages, running batches)}`` of this queue (what its peers add)."""
+        types = self._ready_by_type.keys() | self._running_by_type.keys()
+        return {t: (self._ready_by_type.get(t, 0), self._running_by_type.get(t, 0)) for t in types}
+
+    def _get_typed(self, max_items: int, now: float, owner: str | None) -> Lease | None:
+        """Lease up to ``max_items`` messages of one type: of the highest priority, the first
+        run of messages (within ``max_scan``) whose type is under its pool-wide limit; if none
+        is, the first whose type is under its hard cap (a fair share is soft, a cap is not)."""
+        policy = self.policy
+        ready = dict(self._ready_by_type)
+        for t, n in self.peer_ready.items():
+            ready[t] = ready.get(t, 0) + n
+
+        def running(t: str | None) -> int:
+            return self._running_by_type.get(t, 0) + self.peer_running.get(t, 0)
+
+        def under_limit(t: str | None) -> bool:
+            limit = policy.limit(t, ready=ready, slots=self.slots)
+            return limit is None or running(t) < limit
+
+        def under_cap(t: str | None) -> bool:
+            cap = policy.hard_cap(t)
+            return cap is None or running(t) < cap
+
+        pick = fallback = None
+        for prio in self._priorities:
+            for span in itertools.islice(self._ready[prio], policy.max_scan):
+                t = span.chunk.type
+                if under_limit(t):
+                    pick = (prio, t)
+                    break
+                if fallback is None and under_cap(t):
+                    fallback = (prio, t)
+            if pick is not None:
+                break
+        pick = pick or fallback
+        if pick is None:
+            return None
+        return self._lease_type(*pick, max_items, now, owner)
+
+    def _lease_type(self, prio: int, t: str | None, max_items: int, now: float, owner: str | None) -> Lease:
+        """Lease the first ``max_items`` ready messages of type ``t`` and priority ``prio``
+        (within ``max_scan`` runs); the other runs keep their places."""
+        dq = self._ready[prio]
+        taken: list[Span] = []
+        kept: list[Span] = []
+        want = max_items
+        for _ in range(self.policy.max_scan):
+            if not dq or not want:
+                break
+            span = dq.popleft()
+            if span.chunk.type != t:
+                kept.append(span)
+                continue
+            if span.count > want:
+                span, rest = span.split(want)
+                kept.append(rest)
+            taken.append(span)
+            want -= span.count
+            self._log(JournalEntry(IndexType.LEASE, span))
+        dq.extendleft(reversed(kept))
+        if not dq:
+            del self._ready[prio]
+            self._priorities.remove(prio)
+        n = max_items - want
+        self._n.ready -= n
+        self._n.leased += n
+        self._ready_by_type[t] -= n
+        if not self._ready_by_type[t]:
+            del self._ready_by_type[t]
+        self._running_by_type[t] = self._running_by_type.get(t, 0) + 1
+        lease = Lease(next(self._lease_ids), taken, now + self.lease_timeout_s, n, owner, now, True, t)
+        self._leases[lease.lease_id] = lease
+        heapq.heappush(self._deadlines, (lease.deadline, lease.lease_id))
+        return lease
+
+    def _lease_ended(self, lease: Lease) -> None:
+        """A typed lease ended (settled, expired, taken back): its type runs one batch fewer."""
+        if lease.typed:
+            left = self._running_by_type[lease.type] - 1
+            if left:
+                self._running_by_type[lease.type] = left
+            else:
+                del self._running_by_type[lease.type]
 
     # -- settle ---------------------------------------------------------------------------
 
@@ -328,6 +435,7 @@ class QueueCore:
         """
         self.check_settlement(lease_id, done=done, errors=errors, fatal=fatal)
         lease = self._leases.pop(lease_id)
+        self._lease_ended(lease)
         errors = errors or {}
         self._n.leased -= lease.count
         acked: list[Span] = []
@@ -434,6 +542,7 @@ class QueueCore:
         """Drop a live lease whose messages did not run to an outcome: each fails with
         ``error`` (retried or dead-lettered). Its deadline heap entry goes stale."""
         lease = self._leases.pop(lease_id)
+        self._lease_ended(lease)
         self._n.leased -= lease.count
         for span in lease.spans:
             self._fail(span, error, now)
@@ -488,6 +597,9 @@ class QueueCore:
         else:
             dq.append(span)
         self._n.ready += span.count
+        if self._typed:
+            t = span.chunk.type
+            self._ready_by_type[t] = self._ready_by_type.get(t, 0) + span.count
 
     def _delay(self, span: Span, not_before: float) -> None:
         heapq.heappush(self._delayed, (not_before, next(self._ticket), span))
@@ -538,7 +650,12 @@ class QueueCore:
             self._next_seq = max(self._next_seq, span.chunk.base_seq + span.chunk.count)
         self._n.total_put += count
         self._n.leased += count
-        self._leases[lease_id] = Lease(lease_id, spans, deadline, count, owner, started)
+        types = {s.chunk.type for s in spans}
+        typed = self._typed and len(types) == 1  # a FIFO lease of mixed types is not counted
+        t = types.pop() if typed else None
+        if typed:
+            self._running_by_type[t] = self._running_by_type.get(t, 0) + 1
+        self._leases[lease_id] = Lease(lease_id, spans, deadline, count, owner, started, typed, t)
         heapq.heappush(self._deadlines, (deadline, lease_id))
 
     def export_state(self, *, now: float) -> dict[str, Any]:
@@ -624,6 +741,18 @@ class QueueCore:
         seqs = [s.chunk.base_seq + i for s in spans for i in range(s.start, s.stop)]
         seqs += [d.seq for d in self.dead]
         assert len(seqs) == len(set(seqs)), "a message is in two places"
+        if self._typed:
+            by_type: dict[str | None, int] = {}
+            for dq in self._ready.values():
+                for s in dq:
+                    by_type[s.chunk.type] = by_type.get(s.chunk.type, 0) + s.count
+            assert by_type == self._ready_by_type, f"ready by type {self._ready_by_type} != {by_type}"
+            leases: dict[str | None, int] = {}
+            for lease in self._leases.values():
+                if lease.typed:
+                    assert all(s.chunk.type == lease.type for s in lease.spans), "mixed typed lease"
+                    leases[lease.type] = leases.get(lease.type, 0) + 1
+            assert leases == self._running_by_type, f"running {self._running_by_type} != {leases}"
         settled = n.total_acked + len(self.dead)
         assert n.total_put == settled + n.ready + n.delayed + n.leased, (
             f"put {n.total_put} != acked+dead {settled} + ready {n.ready} + delayed "

@@ -86,6 +86,7 @@ class DurableQueue(QueueActorBase):
             fsync=fsync,
             fsync_interval_s=fsync_interval_s,
             compact_index_bytes=compact_index_bytes,
+            lock_wait_s=defaults.LOCK_WAIT_S if _on_worker() else 0.0,
         )
         self._core.journal = []
         self._func_refs: dict[bytes, tuple[int, int]] = {}
@@ -126,7 +127,7 @@ class DurableQueue(QueueActorBase):
             h = rc.header
             payload = ChunkPayload(rc.offsets, rc.data, rc.segment, rc.offset)
             chunk = chunks[h.base_seq] = Chunk(h.base_seq, h.count, h.priority, payload,
-                                               ChunkMeta(h.kind, h.digest, h.type, h.key))
+                                               ChunkMeta(h.kind, h.digest, h.type, h.key), type=h.type)
             self._core.restore(chunk, rc.spans, now=now, not_before=h.not_before or None)
             live = sum(stop - start for start, stop, _ in rc.spans)
             for start, stop, attempts in _minus(rc.crashed_leases, held.get(h.base_seq, [])):
@@ -589,3 +590,15 @@ def split_result_record(record: ResultRecord, limit: int) -> list[ResultRecord]:
 
     emit(0, len(seqs))
     return out
+
+
+def _on_worker() -> bool:
+    """Whether this runs on a Dask worker (an actor), where a held lock is worth waiting for;
+    a queue opened by hand elsewhere fails at once."""
+    try:
+        from distributed import get_worker
+
+        get_worker()
+        return True
+    except (ImportError, ValueError):
+        return False

@@ -30,7 +30,9 @@ __all__ = [
     "actor_lost",
     "call_all",
     "free_actor",
+    "released_actor",
     "LOST_CHECK_S",
+    "ORPHAN_CHECK_S",
 ]
 
 logger = logging.getLogger("daskqueue")
@@ -40,6 +42,9 @@ PROBE_TIMEOUT_S: float = 10.0
 
 #: How often a wait for a queue actor's answer checks whether the actor's worker died.
 LOST_CHECK_S: float = 1.0
+
+#: How often a running queue or consumer actor checks that its worker still holds it.
+ORPHAN_CHECK_S: float = 2.0
 
 
 class DirectActor(Actor):
@@ -143,6 +148,21 @@ def actor_lost(handle: Any) -> bool:
     future = getattr(handle, "_future", None)
     return future is not None and future.status == "error"
 
+
+
+def released_actor(obj: Any) -> bool:
+    """Whether ``obj``, an actor object, was released by its worker: the client that owned
+    its future is gone (a notebook kernel restarted, a script killed), so the scheduler
+    forgot the key and the worker dropped the actor. Dask does not stop what the object
+    runs itself (its sweeper, its fetch loop), nor close its files: it must do so on its
+    own. False off a worker (an object driven by hand, in tests)."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return False
+    return not any(a is obj for a in worker.state.actors.values())
 
 
 def call_all(targets: list[tuple[Any, Any]], method: str, *args: Any, timeout_s: float) -> list[str]:

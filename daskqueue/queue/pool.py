@@ -13,12 +13,14 @@ from __future__ import annotations
 import html
 import itertools
 import logging
-import threading
+import math
 import os
+import threading
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Iterable, Literal, NamedTuple, Sequence
+from datetime import datetime
+from typing import Any, Callable, Iterable, Literal, NamedTuple, Sequence, Union
 
 from distributed import Client
 
@@ -36,6 +38,8 @@ from daskqueue.errors import (
 from daskqueue.messages import QUEUE_INDEX_BITS, Kind, make_id, split_id
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig
+from daskqueue.queue.policy import Scheduler
+from daskqueue.queue.ring import HashRing
 from daskqueue.queue.directory import prepare_pool_dir, queue_dir
 from daskqueue.queue.durable import DurableQueue
 from daskqueue.queue.encode import (
@@ -53,6 +57,7 @@ from daskqueue.queue.handles import (
     actor_lost,
     call_all,
     direct_handles,
+    queue_ref,
     free_actor,
     is_lost_worker,
 )
@@ -64,6 +69,18 @@ from daskqueue.membership import membership
 from daskqueue.validate import check_choice, check_number, check_optional_str
 
 __all__ = ["QueuePool"]
+
+#: A due time: a ``datetime`` (naive ones are local time) or seconds since the epoch.
+Eta = Union[datetime, float, int, None]
+
+
+def eta_epoch_s(eta: Eta) -> float:
+    """Seconds since the epoch of a due time; :class:`ConfigurationError` for anything else."""
+    if isinstance(eta, datetime):
+        return eta.timestamp()
+    if isinstance(eta, (int, float)) and not isinstance(eta, bool) and math.isfinite(eta):
+        return float(eta)
+    raise ConfigurationError(f"eta must be a datetime or epoch seconds, got {eta!r:.80}")
 
 logger = logging.getLogger("daskqueue")
 
@@ -152,6 +169,11 @@ class QueuePool:
         fsync_interval_s: float = defaults.FSYNC_INTERVAL_S,
         max_segment_bytes: int = defaults.MAX_SEGMENT_BYTES,
         compact_index_bytes: int = defaults.COMPACT_INDEX_BYTES,
+        scheduler: Scheduler = "fifo",
+        max_type_share: float = defaults.MAX_TYPE_SHARE,
+        max_scan: int = defaults.MAX_SCAN,
+        max_type_cap: int | None = None,
+        type_caps: dict[str, int] | None = None,
         name: str | None = None,
         direct_to_workers: bool | None = None,
     ) -> None:
@@ -162,7 +184,8 @@ class QueuePool:
             retry_backoff_base_s=retry_backoff_base_s, retry_backoff_max_s=retry_backoff_max_s,
             max_message_bytes=max_message_bytes, put_batch_size=put_batch_size, dirpath=dirpath,
             fsync=fsync, fsync_interval_s=fsync_interval_s, max_segment_bytes=max_segment_bytes,
-            compact_index_bytes=compact_index_bytes,
+            compact_index_bytes=compact_index_bytes, scheduler=scheduler, max_type_share=max_type_share,
+            max_scan=max_scan, max_type_cap=max_type_cap, type_caps=dict(type_caps or {}),
         )
         self.client = client
         self.name = check_optional_str("name", name) or f"queuepool-{uuid.uuid4().hex[:8]}"
@@ -180,6 +203,12 @@ class QueuePool:
         self._parked: dict[int, bytes] = {}  # handed-off state waiting for a worker to join
         self._consumer_pools: weakref.WeakSet[Any] = weakref.WeakSet()
         self._closed = False
+        # Typed pools: every message of a type goes to one queue, so that queue's count of
+        # the type's running batches is the pool's (caps are exact); the queues tell each
+        # other their ready counts per type (shares are pool-wide).
+        self._type_ring = HashRing(range(self.n_queues)) if self.config.scheduler != "fifo" else None
+        self._slots: dict[str, int] = {}  # consumer pool id -> its running slots
+        self._share_peers()
         self._membership.add_listener(self)
         logger.info("%r started", self)
 
@@ -265,10 +294,17 @@ class QueuePool:
 
     # -- submitting tasks ---------------------------------------------------------------------
 
-    def submit(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
-        """Enqueue ``func(*args, **kwargs)``; return its task id."""
-        options = self._put_options()
-        return self._send(encode_calls([(func, args, kwargs)], options, **self._encoding(1, options)), n=1)[0]
+    def submit(self, func: Callable[..., Any], *args: Any, dq_type: str | None = None, dq_priority: int = 0,
+               dq_key: str | None = None, dq_delay_s: float = 0.0, dq_eta: Eta = None, **kwargs: Any) -> int:
+        """Enqueue ``func(*args, **kwargs)``; return its task id.
+
+        The ``dq_`` keywords are the message's own options (the others go to ``func``): its
+        ``type``, ``priority``, routing ``key``, and a delay (``dq_delay_s``) or a due time
+        (``dq_eta``, a ``datetime`` or epoch seconds) before which it does not run.
+        """
+        options = self._put_options(dq_type, dq_priority, dq_key, dq_delay_s, dq_eta)
+        return self._send(encode_calls([(func, args, kwargs)], options, **self._encoding(1, options)), n=1,
+                          queue=self._route(options))[0]
 
     def batch_submit(
         self,
@@ -278,6 +314,7 @@ class QueuePool:
         priority: int = 0,
         key: str | None = None,
         delay_s: float = 0.0,
+        eta: Eta = None,
     ) -> list[int]:
         """Enqueue tasks given as tuples ``(func, *args)``; return their ids, in order.
 
@@ -285,13 +322,13 @@ class QueuePool:
         non-callable task raises (naming its index) and enqueues nothing. Each distinct
         function is pickled once per call.
         """
-        options = self._put_options(type, priority, key, delay_s)
+        options = self._put_options(type, priority, key, delay_s, eta)
         tasks = tasks if isinstance(tasks, list) else list(tasks)
         encoding = self._encoding(len(tasks), options)
         batches = encode_uniform(tasks, options, **encoding)
         if batches is None:
             batches = encode_calls(calls_from_tasks(tasks), options, **encoding)
-        return self._send(batches, n=len(tasks))
+        return self._send(batches, n=len(tasks), queue=self._route(options))
 
     def map(
         self,
@@ -303,6 +340,8 @@ class QueuePool:
         errors: Literal["raise", "return"] = "raise",
         priority: int = 0,
         type: str | None = None,
+        delay_s: float = 0.0,
+        eta: Eta = None,
     ) -> list[Any]:
         """Run ``func(x)`` for each ``x`` on the cluster; return the results in input order.
 
@@ -313,7 +352,7 @@ class QueuePool:
         :class:`JoinTimeoutError` after ``timeout_s``.
         """
         check_choice("errors", errors, ("raise", "return"))
-        options = self._put_options(type, priority)
+        options = self._put_options(type, priority, None, delay_s, eta)
         if not self._has_running_consumers():
             raise NoConsumersError(f"map() needs a started ConsumerPool on {self!r}: create one "
                                    "and call start() first")
@@ -326,7 +365,7 @@ class QueuePool:
         claim = MapClaim(len(items))
         bar = _progress_bar(claim.n) if progress else None
         try:
-            self._send(batches, claim=claim)
+            self._send(batches, claim=claim, queue=self._route(options))
             deadline = None if timeout_s is None else started + timeout_s
             return self._wait_map(claim, bar=bar, deadline=deadline, timeout_s=timeout_s, errors=errors)
         finally:
@@ -372,49 +411,65 @@ class QueuePool:
     # -- raw items ----------------------------------------------------------------------------
 
     def put(self, item: Any, *, type: str | None = None, priority: int = 0, key: str | None = None,
-            delay_s: float = 0.0) -> int:
+            delay_s: float = 0.0, eta: Eta = None) -> int:
         """Enqueue one raw item for a custom consumer; return its message id."""
-        return self.put_many([item], type=type, priority=priority, key=key, delay_s=delay_s)[0]
+        return self.put_many([item], type=type, priority=priority, key=key, delay_s=delay_s, eta=eta)[0]
 
     def put_many(self, items: Iterable[Any], *, type: str | None = None, priority: int = 0,
-                 key: str | None = None, delay_s: float = 0.0) -> list[int]:
-        """Enqueue raw items (each pickled on its own) for a custom consumer; return their ids."""
-        options = self._put_options(type, priority, key, delay_s)
+                 key: str | None = None, delay_s: float = 0.0, eta: Eta = None) -> list[int]:
+        """Enqueue raw items (each pickled on its own) for a custom consumer; return their ids.
+
+        Every enqueue call takes the same message options: ``type`` (what a fair or capped
+        pool schedules by), ``priority`` (higher first), ``key``, and ``delay_s`` or ``eta``
+        (a ``datetime`` or epoch seconds): the messages do not run before then.
+        """
+        options = self._put_options(type, priority, key, delay_s, eta)
         items = list(items)
         batches = encode_payloads(
             items, None, kind=Kind.RAW, function=None, options=options, what="item",
             **self._encoding(len(items), options),
         )
-        return self._send(batches, n=len(items))
+        return self._send(batches, n=len(items), queue=self._route(options))
 
     # -- encoding and sending -----------------------------------------------------------------
 
     def _put_options(self, type: str | None = None, priority: int = 0, key: str | None = None,
-                     delay_s: float = 0.0) -> PutOptions:
+                     delay_s: float = 0.0, eta: Eta = None) -> PutOptions:
         """The validated options of a submission; raises :class:`QueueClosedError` first if
         the pool is closed."""
         self._check_open()
         # Durable queues store the priority in 32 bits.
         check_number("priority", priority, integer=True, at_least=-(2**31), at_most=2**31 - 1)
         check_number("delay_s", delay_s, at_least=0)
+        if eta is not None:
+            if delay_s:
+                raise ConfigurationError("give delay_s or eta, not both")
+            delay_s = max(0.0, eta_epoch_s(eta) - time.time())
         return PutOptions(check_optional_str("type", type), priority, check_optional_str("key", key),
                           float(delay_s))
 
     def _encoding(self, n: int, options: PutOptions) -> dict[str, int]:
         """The chunk size and message size limit of a submission of ``n`` messages (the
         encoders' ``size`` and ``limit``)."""
+        spread = self.n_queues if self._route(options) is None else 1
         return {
-            "size": chunk_size(n, n_queues=self.n_queues, put_batch_size=self.put_batch_size),
+            "size": chunk_size(n, n_queues=spread, put_batch_size=self.put_batch_size),
             "limit": self.config.message_limit(options.type, options.key),
         }
 
-    def _send(self, batches: list[PutBatch], *, n: int = 0, claim: MapClaim | None = None) -> list[int]:
-        """Send every encoded batch (all encoded before any is sent), round-robin, concurrently;
-        return the ids of the ``n`` messages by input position (with ``claim``, route their
-        results to it instead and return nothing)."""
+    def _route(self, options: PutOptions) -> int | None:
+        """The queue every message of a submission goes to (a typed pool's queue for its
+        type), or None: round-robin."""
+        return None if self._type_ring is None else self._type_ring.node(options.type)
+
+    def _send(self, batches: list[PutBatch], *, n: int = 0, claim: MapClaim | None = None,
+              queue: int | None = None) -> list[int]:
+        """Send every encoded batch (all encoded before any is sent), round-robin (or all to
+        ``queue``), concurrently; return the ids of the ``n`` messages by input position
+        (with ``claim``, route their results to it instead and return nothing)."""
         sends = []
         for groups, funcs, positions in batches:
-            q = next(self._rr) % self.n_queues
+            q = next(self._rr) % self.n_queues if queue is None else queue
             # A function confirmed at a queue is not sent to it again.
             extra = {d: b for d, b in funcs.items() if d not in self._sent_funcs[q]}
             blob, token = encode_put(groups, extra), os.urandom(TOKEN_SIZE)
@@ -701,6 +756,32 @@ class QueuePool:
         free_actor(old, old_handle)
         for cp in list(self._consumer_pools):
             cp._queue_moved(q, handle)
+        self._share_peers()
+
+    def _share_peers(self) -> None:
+        """Typed pools: tell every queue where the others are and the consumer pools' slots
+        (at start, and after a queue moved: its successor starts knowing nothing)."""
+        if self._type_ring is None:
+            return
+        refs = [queue_ref(h) for h in self.queues]
+        live = [(f"queue {i}", h) for i, h in enumerate(self.queues) if i not in self._lost and i not in self._moving]
+        failed = call_all(live, "set_peers", refs, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+        for owner, slots in list(self._slots.items()):
+            failed += call_all(live, "set_slots", owner, slots, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+        if failed:
+            logger.warning("telling the queues their peers and slots failed: %s", failed)
+
+    def _set_slots(self, owner: str, slots: int) -> None:
+        """Consumer pool ``owner`` runs ``slots`` batches at once (0: stopped or closed)."""
+        if self._type_ring is None or self._slots.get(owner, 0) == slots:
+            return
+        self._slots[owner] = slots
+        if not slots:
+            del self._slots[owner]
+        live = [(f"queue {i}", h) for i, h in enumerate(self.queues) if i not in self._lost and i not in self._moving]
+        failed = call_all(live, "set_slots", owner, slots, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+        if failed:
+            logger.warning("telling the queues the consumers' slots failed: %s", failed)
 
     def _give_up(self, q: int) -> None:
         """Queue ``q`` is lost for good: every call that needs it raises QueueLostError."""

@@ -67,6 +67,7 @@ class SegmentStore:
         fsync_interval_s: float = 0.1,
         compact_index_bytes: int = 16 * 2**20,
         on_corruption: Callable[[CorruptRecordError], None] | None = None,
+        lock_wait_s: float = 0.0,
     ) -> None:
         if fsync not in ("always", "interval", "never"):
             raise ValueError(f"fsync must be 'always', 'interval' or 'never', got {fsync!r}")
@@ -87,6 +88,7 @@ class SegmentStore:
         self._dirty_since: float | None = None
         self._sync_scheduled = False  # commit() told the owner of the pending interval sync
         self._lock_fd = -1
+        self._lock_wait_s = lock_wait_s
         self._failed: StoreError | None = None  # a failed write-back or roll-back: stop writing
         self._open_directory()
         try:
@@ -133,12 +135,26 @@ class SegmentStore:
             os.replace(marker + ".tmp", marker)
             _fsync_dir(self.dirpath)
 
+    def _flock_waiting(self, fd: int) -> None:
+        """Take the lock, trying again for up to ``lock_wait_s`` while another holder has it
+        (an actor of a pool whose client just died closes within seconds); raise
+        ``BlockingIOError`` if it is still held then. Blocks the calling thread."""
+        deadline = time.monotonic() + self._lock_wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)
+
     def _lock(self) -> None:
         path = self._path(LOCK_NAME)
         with os_errors(path, "open the lock file"):
             self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._flock_waiting(self._lock_fd)
         except BlockingIOError:
             os.close(self._lock_fd)
             self._lock_fd = -1

@@ -1,0 +1,70 @@
+"""The client process dies (a notebook kernel restarted, a script killed) while its pools
+run; a new client on the same cluster carries on. A real client process, killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+from distributed import Client, LocalCluster
+
+from daskqueue import ConsumerPool, QueuePool
+from tests.helpers import wait_until
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CLIENT = textwrap.dedent("""
+    import sys, time
+    from distributed import Client
+    from daskqueue import ConsumerPool, QueuePool
+    from tests import tasks
+
+    client = Client(sys.argv[1])
+    qp = QueuePool(client, 2, durability="durable", dirpath=sys.argv[2])
+    cp = ConsumerPool(client, qp)
+    cp.start()
+    ids = qp.batch_submit([(tasks.sleep_then, i, 0.01) for i in range(2000)])
+    while sum(s.total_acked for s in qp.stats()) < 200:
+        time.sleep(0.05)
+    print(" ".join(map(str, ids)), flush=True)
+    time.sleep(120)
+""")
+
+
+def _consumer_threads(client):
+    names = client.run(lambda: [t.name for t in threading.enumerate()])
+    return [n for ns in names.values() for n in ns if n.startswith("daskqueue-consumer")]
+
+
+def test_a_new_client_reopens_a_durable_pool_whose_client_was_killed_and_gets_every_result(tmp_path):
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        first = subprocess.Popen(
+            [sys.executable, "-c", CLIENT, cluster.scheduler_address, str(tmp_path / "pool")],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            ids = [int(i) for i in first.stdout.readline().split()]
+        finally:
+            first.kill()
+            first.wait(timeout=30)
+        assert len(ids) == 2000
+
+        # The old pool's actors close themselves once their worker releases them: their
+        # threads end and the queues' directory locks are free for the new pool.
+        wait_until(lambda: not _consumer_threads(client), timeout_s=30)
+        qp = QueuePool(client, 2, durability="durable", dirpath=tmp_path / "pool")
+        cp = ConsumerPool(client, qp)
+        cp.start()
+        cp.join(timeout=120)
+
+        # Results the dead client never fetched are on disk too: one value per task.
+        results = cp.results()
+        assert sorted(results[i] for i in ids) == list(range(2000))
+        assert cp.failures() == {}
+        cp.close()
+        qp.close()
