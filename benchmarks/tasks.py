@@ -74,3 +74,14 @@ def sleep_span(seconds: float) -> tuple[float, float]:
     start = time.time()
     time.sleep(seconds)
     return start, time.time()
+
+
+def burn_cpu(seconds: float) -> int:
+    """Keep a core busy in pure Python for ``seconds`` (holding the GIL, as CPU-bound user
+    code does); return how many loop rounds it ran."""
+    end = time.perf_counter() + seconds
+    rounds = 0
+    while time.perf_counter() < end:
+        for _ in range(1000):
+            rounds += 1
+    return rounds

@@ -72,6 +72,7 @@ class Batch:
     lease_id: int
     segments: list[Segment]
     count: int
+    reserved: bool = False  # fetched by a reserved slot (urgent work): not a batch-size sample
 
 
 @dataclass(slots=True, eq=False)
@@ -130,6 +131,8 @@ class ConsumerBase:
         max_batch_size: int = defaults.MAX_BATCH_SIZE,
         isolation: Isolation = "auto",
         child_spec: bytes | None = None,
+        reserved_slots: int = 0,
+        reserved_priority: int = 1,
     ) -> None:
         if not queues:
             raise ValueError("a consumer needs at least one queue")
@@ -146,6 +149,13 @@ class ConsumerBase:
         self._max_batch = max_batch_size if batch_size is None else batch_size
         self._target_batch_s = target_batch_s
         self.max_concurrency = max_concurrency
+        #: Extra run slots that take only messages of priority >= ``reserved_priority``, one
+        #: at a time: urgent work starts while every other slot runs long tasks.
+        self.reserved_slots = reserved_slots
+        self.reserved_priority = reserved_priority
+        self._reserved_task: asyncio.Task[None] | None = None
+        self._reserved_executor: ThreadPoolExecutor | None = None
+        self._reserved_idle = False
         self._prefetch = prefetch_batches
         self.early_ack = early_ack
         self._lease_timeout_s = lease_timeout_s
@@ -167,6 +177,10 @@ class ConsumerBase:
         self._batches = self._items_done = self._items_failed = 0
         self._refused = self._fetch_calls = 0
         self._per_item_s: float | None = None
+        # Per message type, when batches hold one type (a fair or capped pool): the same
+        # adaptive size, sent with each fetch once two types were seen, so that a queue
+        # sizes a batch of short tasks for short tasks even beside a backlog of long ones.
+        self._type_sizes: dict[str | None, tuple[int, float]] = {}
         self._home_idle = False
         self._isolation = isolation
         self._child_spec = child_spec  # builds this consumer's twin in a child process
@@ -214,6 +228,12 @@ class ConsumerBase:
             self._executor = ThreadPoolExecutor(
                 self.max_concurrency, thread_name_prefix=f"daskqueue-consumer-{self.index}"
             )
+        if self._reserved_executor is None and self.reserved_slots:
+            # Threads of their own: a batch fetched ahead waits for a general thread and can
+            # never take a reserved one.
+            self._reserved_executor = ThreadPoolExecutor(
+                self.reserved_slots, thread_name_prefix=f"daskqueue-consumer-{self.index}-reserved"
+            )
         handles = self._queues
         self._queues = [_bind_local(q) for q in handles]
         self._address = _worker_address()
@@ -224,6 +244,8 @@ class ConsumerBase:
             await self._runner.set_halt(False)
         loop = asyncio.get_running_loop()
         self._loop_task = loop.create_task(self._fetch_loop())
+        if self.reserved_slots:
+            self._reserved_task = loop.create_task(self._reserved_loop())
         if not self.early_ack:
             self._extender = loop.create_task(self._extend_forever())
         logger.debug("consumer %d started (%s)", self.index, "child process" if self._runner else "threads")
@@ -269,6 +291,9 @@ class ConsumerBase:
             await self._runner.set_halt(self._halt_items)
         await self._loop_task
         self._loop_task = None
+        if self._reserved_task is not None:
+            await self._reserved_task
+            self._reserved_task = None
         while self._finishing:
             await asyncio.gather(*list(self._finishing))
         if self._extender is not None:
@@ -289,9 +314,10 @@ class ConsumerBase:
 
     async def _close(self) -> None:
         await self._stop()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-            self._executor = None
+        for executor in (self._executor, self._reserved_executor):
+            if executor is not None:
+                executor.shutdown(wait=False)
+        self._executor = self._reserved_executor = None
         if self._runner is not None:
             await self._runner.close()
             self._runner = None
@@ -402,6 +428,44 @@ class ConsumerBase:
             self._finishing.add(task)
             task.add_done_callback(self._finishing.discard)
 
+    async def _reserved_loop(self) -> None:
+        """The reserved slots' fetch loop: only messages of priority >= ``reserved_priority``,
+        one per batch, from any queue (home first), long-polling home when none is ready."""
+        slots = asyncio.Semaphore(self.reserved_slots)
+        loop = asyncio.get_running_loop()
+        while not self._stop_requested:
+            await slots.acquire()
+            try:
+                batch = None if self._stop_requested else await self._fetch_urgent()
+            except Exception:
+                slots.release()
+                logger.exception("consumer %d: fetching urgent work failed", self.index)
+                await asyncio.sleep(defaults.FETCH_RETRY_S)
+                continue
+            if batch is None:
+                slots.release()
+                continue
+            self._inflight[(batch.queue_slot, batch.lease_id)] = batch
+            task = loop.create_task(self._run_and_settle(batch, slots))
+            self._finishing.add(task)
+            task.add_done_callback(self._finishing.discard)
+
+    async def _fetch_urgent(self) -> Batch | None:
+        first = 1 if self._reserved_idle else 0
+        for slot in range(first, len(self._queues)):
+            blob = await self._get_from(slot, 1, 0.0, self.reserved_priority)
+            if blob is not None:
+                self._reserved_idle = False
+                return await self._decode(slot, blob, reserved=True)
+            if self._stop_requested:
+                return None
+        if self._is_down(0):
+            await asyncio.sleep(self._idle_poll_s)
+            return None
+        blob = await self._get_from(0, 1, self._idle_poll_s, self.reserved_priority)
+        self._reserved_idle = blob is None
+        return None if blob is None else await self._decode(0, blob, reserved=True)
+
     def _close_orphan(self) -> None:
         """The worker released this consumer (its pool's client is gone): stop and close it
         as ``close()`` would, on a task of its own (``close`` awaits this fetch loop), so its
@@ -419,10 +483,11 @@ class ConsumerBase:
         ``QUEUE_RETRY_S``; the others are still served.
         """
         n = self._batch_size
+        sizes = {t: size for t, (size, _) in self._type_sizes.items()} if len(self._type_sizes) > 1 else None
         # Right after a long poll of the home queue timed out, asking it again is wasted.
         first = 1 if self._home_idle else 0
         for slot in range(first, len(self._queues)):
-            blob = await self._get_from(slot, n, 0.0)
+            blob = await self._get_from(slot, n, 0.0, sizes=sizes)
             if blob is not None:
                 self._home_idle = False
                 return await self._decode(slot, blob)
@@ -431,25 +496,30 @@ class ConsumerBase:
         if self._is_down(0):
             await asyncio.sleep(self._idle_poll_s)
             return None
-        blob = await self._get_from(0, n, self._idle_poll_s)
+        blob = await self._get_from(0, n, self._idle_poll_s, sizes=sizes)
         self._home_idle = blob is None
         if blob is None and self._fixed_batch is None:
             # Idle: the next work may be of another kind; learn its duration afresh.
             self._batch_size = defaults.INITIAL_BATCH_SIZE
             self._per_item_s = None
+            self._type_sizes.clear()
         return None if blob is None else await self._decode(0, blob)
 
     def _is_down(self, slot: int) -> bool:
         until = self._queue_down_until.get(slot)
         return until is not None and time.monotonic() < until
 
-    async def _get_from(self, slot: int, n: int, wait_s: float) -> bytes | None:
+    async def _get_from(self, slot: int, n: int, wait_s: float, min_priority: int | None = None,
+                        sizes: dict[str | None, int] | None = None) -> bytes | None:
         """``get_batch`` of one queue; ``None`` if it is empty, down or failing."""
         if self._is_down(slot):
             return None
         self._fetch_calls += 1
         try:
-            blob = await self._call(slot, "get_batch", n, wait_s, self._address, wait_s=wait_s)
+            args: tuple[Any, ...] = (n, wait_s, self._address)
+            if min_priority is not None or sizes is not None:
+                args += (min_priority, sizes)
+            blob = await self._call(slot, "get_batch", *args, wait_s=wait_s)
         except Exception as e:
             if slot not in self._queue_down_until:
                 logger.warning(
@@ -462,19 +532,21 @@ class ConsumerBase:
             self._queue_down_until.pop(slot, None)  # back: a new failure is logged again
         return blob
 
-    async def _decode(self, slot: int, blob: bytes) -> Batch:
+    async def _decode(self, slot: int, blob: bytes, *, reserved: bool = False) -> Batch:
         lease_id, queue_index, segments = decode_delivery(blob)
         missing = {s.digest for s in segments if s.digest is not None} - self._func_bytes.keys()
         if missing:
             self._func_bytes.update(await self._call(slot, "get_functions", list(missing)))
-        return Batch(slot, queue_index, lease_id, segments, sum(s.count for s in segments))
+        return Batch(slot, queue_index, lease_id, segments, sum(s.count for s in segments), reserved)
 
     async def _run_and_settle(self, batch: Batch, slots: asyncio.Semaphore) -> None:
         try:
             if self.early_ack:
                 await self._settle(batch, Outcome(batch.count, {}, set(), []), early=True)
             outcome, run_s = await self._run(batch)
-            self._adapt(outcome.done, run_s)
+            if not batch.reserved:
+                self._adapt(outcome.done, run_s)
+                self._adapt_type(batch, outcome.done, run_s)
             if self.early_ack:
                 await self._record(batch, outcome)
             else:
@@ -492,7 +564,8 @@ class ConsumerBase:
         """Run ``batch`` on the thread pool, or in the child process when there is one."""
         if self._runner is None:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, self._run_batch_safely, batch)
+            executor = self._reserved_executor if batch.reserved else self._executor
+            return await loop.run_in_executor(executor, self._run_batch_safely, batch)
         done, errors, fatal, blob, run_s = await self._runner.run(batch, self._func_bytes)
         return Outcome(done, errors, fatal, [], blob), run_s
 
@@ -536,6 +609,19 @@ class ConsumerBase:
         want = int(self._target_batch_s / max(self._per_item_s, 1e-9))
         # Grow at most 4x per batch so one lucky fast batch does not hoard a slow tail.
         self._batch_size = max(1, min(self._max_batch, want, self._batch_size * 4))
+
+    def _adapt_type(self, batch: Batch, done: int, elapsed_s: float) -> None:
+        """The adaptive size, for the one type of ``batch`` (if it holds one)."""
+        if self._fixed_batch is not None or done == 0:
+            return
+        types = {s.type for s in batch.segments}
+        if len(types) != 1:
+            return
+        (t,) = types
+        size, per_item_s = self._type_sizes.get(t, (self._batch_size, elapsed_s / done))
+        per_item_s = 0.5 * (per_item_s + elapsed_s / done)
+        want = int(self._target_batch_s / max(per_item_s, 1e-9))
+        self._type_sizes[t] = (max(1, min(self._max_batch, want, size * 4)), per_item_s)
 
     async def _extend_forever(self) -> None:
         """Every third of the lease timeout, extend the leases of the batches still held."""

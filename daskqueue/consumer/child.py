@@ -57,6 +57,10 @@ class _Child:
         self.consumer = consumer
         self.write_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(consumer.max_concurrency, thread_name_prefix="daskqueue-child")
+        # Reserved slots run urgent batches on threads of their own: a batch fetched ahead
+        # waits for a general thread, never takes a reserved one.
+        reserved = getattr(consumer, "reserved_slots", 0)
+        self.reserved_pool = ThreadPoolExecutor(reserved, thread_name_prefix="daskqueue-child-reserved") if reserved else None
 
     def send(self, obj: Any) -> None:
         frame = encode_frame(obj)
@@ -111,7 +115,8 @@ def main() -> None:
         elif msg[0] == "run":
             _, request_id, batch, funcs, report_starts, skip = msg
             consumer._func_bytes.update(funcs)
-            child.pool.submit(child.run, request_id, batch, report_starts, skip)
+            pool = child.reserved_pool if getattr(batch, "reserved", False) and child.reserved_pool else child.pool
+            pool.submit(child.run, request_id, batch, report_starts, skip)
 
 
 if __name__ == "__main__":

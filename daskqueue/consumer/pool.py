@@ -75,6 +75,9 @@ class ConsumerPool:
     * ``isolation``: where user code runs: ``"auto"`` (default) in a child process for a
       consumer whose worker also holds a queue (a task that kills its process then costs
       only itself), on threads otherwise; ``"process"`` always; ``"thread"`` never.
+    * ``reserved_slots`` (default 0): extra run slots per consumer that take only messages
+      of priority ``>= reserved_priority`` (default 1), one at a time, from any queue: an
+      urgent task starts within milliseconds while every other slot runs long tasks.
     * ``consumer_kwargs``: extra keyword arguments for ``ConsumerClass``.
 
     Thread safety: the pool's methods may be called from one user thread while the pool
@@ -96,6 +99,8 @@ class ConsumerPool:
         target_batch_s: float = defaults.TARGET_BATCH_S,
         max_batch_size: int = defaults.MAX_BATCH_SIZE,
         isolation: Isolation = defaults.ISOLATION,  # type: ignore[assignment]
+        reserved_slots: int = 0,
+        reserved_priority: int = 1,
         consumer_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(queue_pool, QueuePool):
@@ -105,6 +110,8 @@ class ConsumerPool:
         check_number("n_consumers", n_consumers, integer=True, at_least=1, none_ok=True)
         check_number("max_concurrency", max_concurrency, integer=True, at_least=1)
         check_number("prefetch_batches", prefetch_batches, integer=True, at_least=0)
+        check_number("reserved_slots", reserved_slots, integer=True, at_least=0)
+        check_number("reserved_priority", reserved_priority, integer=True, at_least=-(2**31), at_most=2**31 - 1)
         check_number("max_batch_size", max_batch_size, integer=True, at_least=1)
         check_number("batch_size", batch_size, integer=True, at_least=1, none_ok=True)
         check_number("idle_poll_s", idle_poll_s, above=0)
@@ -119,7 +126,8 @@ class ConsumerPool:
         self._options = dict(
             batch_size=batch_size, max_concurrency=max_concurrency, prefetch_batches=prefetch_batches,
             early_ack=early_ack, lease_timeout_s=queue_pool.lease_timeout_s, idle_poll_s=idle_poll_s,
-            target_batch_s=target_batch_s, max_batch_size=max_batch_size, **(consumer_kwargs or {}),
+            target_batch_s=target_batch_s, max_batch_size=max_batch_size, reserved_slots=reserved_slots,
+            reserved_priority=reserved_priority, **(consumer_kwargs or {}),
         )
         self._lock = threading.RLock()
         self._members: list[_Member] = []

@@ -539,8 +539,11 @@ class QueueActorBase:
             if biggest > self.max_message_bytes:
                 raise PayloadTooLargeError(biggest, self.max_message_bytes)
 
-    async def get_batch(self, max_items: int, wait_s: float = 0.0, owner: str | None = None) -> bytes | None:
-        """Lease up to ``max_items`` messages; wait up to ``wait_s`` for one to be ready.
+    async def get_batch(self, max_items: int, wait_s: float = 0.0, owner: str | None = None,
+                        min_priority: int | None = None, sizes: dict[Any, int] | None = None) -> bytes | None:
+        """Lease up to ``max_items`` messages (of priority ``>= min_priority`` if given); wait
+        up to ``wait_s`` for one to be ready. ``sizes`` (typed pools): the caller's batch size
+        per message type, used instead of ``max_items`` for a batch of that type.
 
         Returns a delivery blob, or ``None`` if nothing became ready in time (or the queue was
         closed while waiting). Waiting awaits an event set by puts and redeliveries: an idle
@@ -558,7 +561,7 @@ class QueueActorBase:
             now = self._now()
             if self._gossip is not None:
                 self._count_peers()
-            lease = self._core.get_batch(max_items, now=now, owner=owner)
+            lease = self._core.get_batch(max_items, now=now, owner=owner, min_priority=min_priority, sizes=sizes)
             if lease is not None:
                 self._persist_lease(lease, now)
                 self._reschedule()

@@ -268,9 +268,12 @@ class QueueCore:
         self._promote_due(now)
         return self._n.ready > 0
 
-    def get_batch(self, max_items: int, *, now: float, owner: str | None = None) -> Lease | None:
+    def get_batch(self, max_items: int, *, now: float, owner: str | None = None,
+                  min_priority: int | None = None, sizes: dict[str | None, int] | None = None) -> Lease | None:
         """Lease up to ``max_items`` ready messages, highest priority first, FIFO within one,
-        to ``owner`` (see :meth:`take_back`).
+        to ``owner`` (see :meth:`take_back`); only of priority ``>= min_priority`` if given
+        (what a consumer's reserved slot asks for). A typed policy's batch holds one type:
+        ``sizes[t]``, if given, replaces ``max_items`` for a batch of type t.
 
         Returns ``None`` when nothing is ready. The lease expires at ``now + lease_timeout_s``.
         """
@@ -279,12 +282,16 @@ class QueueCore:
         self._promote_due(now)
         if self._n.ready == 0:
             return None
+        if min_priority is not None and self._priorities[0] < min_priority:
+            return None
         if self._typed:
-            return self._get_typed(max_items, now, owner)
+            return self._get_typed(max_items, now, owner, min_priority, sizes)
         spans: list[Span] = []
         want = max_items
         while want and self._priorities:
             prio = self._priorities[0]
+            if min_priority is not None and prio < min_priority:
+                break
             dq = self._ready[prio]
             while want and dq:
                 span = dq.popleft()
@@ -298,6 +305,8 @@ class QueueCore:
                 del self._ready[prio]
                 self._priorities.pop(0)
         taken = max_items - want
+        if not taken:
+            return None
         self._n.ready -= taken
         self._n.leased += taken
         lease = Lease(next(self._lease_ids), spans, now + self.lease_timeout_s, taken, owner, now)
@@ -312,7 +321,8 @@ class QueueCore:
         types = self._ready_by_type.keys() | self._running_by_type.keys()
         return {t: (self._ready_by_type.get(t, 0), self._running_by_type.get(t, 0)) for t in types}
 
-    def _get_typed(self, max_items: int, now: float, owner: str | None) -> Lease | None:
+    def _get_typed(self, max_items: int, now: float, owner: str | None,
+                   min_priority: int | None = None, sizes: dict[str | None, int] | None = None) -> Lease | None:
         """Lease up to ``max_items`` messages of one type: of the highest priority, the first
         run of messages (within ``max_scan``) whose type is under its pool-wide limit; if none
         is, the first whose type is under its hard cap (a fair share is soft, a cap is not)."""
@@ -334,6 +344,8 @@ class QueueCore:
 
         pick = fallback = None
         for prio in self._priorities:
+            if min_priority is not None and prio < min_priority:
+                break
             for span in itertools.islice(self._ready[prio], policy.max_scan):
                 t = span.chunk.type
                 if under_limit(t):
@@ -346,6 +358,8 @@ class QueueCore:
         pick = pick or fallback
         if pick is None:
             return None
+        if sizes:
+            max_items = max(1, sizes.get(pick[1], max_items))
         return self._lease_type(*pick, max_items, now, owner)
 
     def _lease_type(self, prio: int, t: str | None, max_items: int, now: float, owner: str | None) -> Lease:

@@ -59,3 +59,22 @@ def test_scheduler_settings_are_validated(client):
         QueuePool(client, 1, scheduler="capped", type_caps={"bulk": 0})
     with pytest.raises(ConfigurationError, match="max_type_share"):
         QueuePool(client, 1, scheduler="fair", max_type_share=1.5)
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_reserved_slot_starts_an_urgent_task_while_every_other_slot_is_busy(pools, isolation):
+    import time
+
+    qp = pools.queue(1)
+    cp = pools.consumer(qp, n_consumers=1, batch_size=1, reserved_slots=1, isolation=isolation)
+    cp.start()
+    long_ids = qp.batch_submit([(tasks.timed_sleep, i, 1.5) for i in range(3)])
+    wait = time.monotonic() + 30
+    while cp.stats()[0].inflight_items < 1 and time.monotonic() < wait:
+        time.sleep(0.01)
+    submitted = time.time()
+    urgent = qp.submit(tasks.timed_sleep, "urgent", 0.0, dq_priority=1)
+    _, started, _ = cp.result(urgent, timeout=30)
+    assert started - submitted < 1.0  # not behind 4.5 s of long tasks on the only other slot
+    cp.join(timeout=60)
+    assert sorted(cp.results()[i][0] for i in long_ids) == [0, 1, 2]

@@ -206,3 +206,25 @@ def test_delayed_messages_count_once_due(scheduler):
     core.put(chunk, now=0.0, not_before=5.0)
     assert core.get_batch(3, now=1.0) is None
     assert seqs(core.get_batch(3, now=5.0)) == [0, 1, 2]
+
+
+# -- reserved slots: a minimum priority ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheduler", ["fifo", "fair"])
+def test_get_batch_with_a_minimum_priority_takes_only_urgent_messages(scheduler):
+    core = typed_core(slots=2, scheduler=scheduler)
+    put(core, 5, "bulk")
+    assert core.get_batch(5, now=0, min_priority=1) is None
+    urgent = put(core, 2, "bulk", priority=3)
+    lease = core.get_batch(5, now=0, min_priority=1)
+    assert seqs(lease) == urgent
+    assert core.get_batch(5, now=0, min_priority=1) is None
+    assert len(seqs(core.get_batch(5, now=0))) == 5
+
+
+def test_a_typed_batch_takes_the_callers_size_for_its_type():
+    core = typed_core(slots=2, scheduler="fair")
+    put(core, 100, "short")
+    lease = core.get_batch(2, now=0, sizes={"short": 30, "long": 1})
+    assert lease.count == 30
