@@ -515,7 +515,7 @@ class QueueActorBase:
                 offsets.frombytes(g.offsets)
                 chunk = self._core.new_chunk(
                     g.count, priority=g.priority, payload=ChunkPayload(offsets, g.data), meta=g.meta(),
-                    type=g.type,
+                    type=g.type, key=g.key,
                 )
                 chunks.append((chunk, g.delay_s))
                 first = chunk.base_seq if first is None else first

@@ -55,6 +55,7 @@ class Chunk:
     meta: Any = None
     enqueued: bool = False
     type: str | None = None  # the messages' type (what a TypePolicy schedules by)
+    key: str | None = None  # the messages' routing key: one at a time per key, in put order
 
 
 @dataclass(slots=True, eq=False)
@@ -226,6 +227,12 @@ class QueueCore:
         self.peer_running: dict[str | None, int] = {}
         self._ready_by_type: dict[str | None, int] = {}
         self._running_by_type: dict[str | None, int] = {}
+        # Keyed messages run one at a time per key, in put order: a key is held by the seq
+        # of its message in flight (leased, or failed and waiting for its retry) until that
+        # one is acked, dead-lettered or released; the key's later messages wait.
+        self._key_holder: dict[str, int] = {}
+        self._keyed_ready = 0  # ready messages with a key: 0 keeps the plain FIFO path
+        self.max_scan = policy.max_scan
 
     def _log(self, entry: JournalEntry) -> None:
         if self.journal is not None:
@@ -239,11 +246,11 @@ class QueueCore:
         return self._next_seq
 
     def new_chunk(self, count: int, *, priority: int = 0, payload: Any = None, meta: Any = None,
-                  type: str | None = None) -> Chunk:
+                  type: str | None = None, key: str | None = None) -> Chunk:
         """Allocate ``count`` sequence numbers for a put (call ``put`` with the chunk next)."""
         if count <= 0:
             raise ValueError(f"a chunk holds at least one message, got count={count}")
-        chunk = Chunk(self._next_seq, count, priority, payload, meta, type=type)
+        chunk = Chunk(self._next_seq, count, priority, payload, meta, type=type, key=key)
         self._next_seq += count
         return chunk
 
@@ -286,6 +293,8 @@ class QueueCore:
             return None
         if self._typed:
             return self._get_typed(max_items, now, owner, min_priority, sizes)
+        if self._keyed_ready:
+            return self._get_keyed(max_items, now, owner, min_priority)
         spans: list[Span] = []
         want = max_items
         while want and self._priorities:
@@ -313,6 +322,94 @@ class QueueCore:
         self._leases[lease.lease_id] = lease
         heapq.heappush(self._deadlines, (lease.deadline, lease.lease_id))
         return lease
+
+    # -- keyed delivery: one message at a time per key, in put order ----------------------
+
+    def _key_free(self, span: Span) -> bool:
+        """Whether ``span``'s first message may be leased as far as its key goes."""
+        key = span.chunk.key
+        if key is None:
+            return True
+        holder = self._key_holder.get(key)
+        return holder is None or holder == span.first_seq
+
+    def _get_keyed(self, max_items: int, now: float, owner: str | None, min_priority: int | None) -> Lease | None:
+        """The FIFO path when keyed messages are ready: the first ``max_items`` messages in
+        priority and put order that may run now, at most one per key (within ``max_scan``
+        runs per priority); the others keep their places."""
+        spans: list[Span] = []
+        want = max_items
+        for prio in list(self._priorities):
+            if not want or (min_priority is not None and prio < min_priority):
+                break
+            want = self._take_from(prio, want, spans, lambda span: True)
+        return self._make_lease(spans, max_items - want, now, owner)
+
+    def _take_from(self, prio: int, want: int, spans: list[Span], wanted: Any) -> int:
+        """Move up to ``want`` messages of priority ``prio`` whose span ``wanted(span)`` and
+        whose key is free into ``spans`` (one per key), in order; return how many are left
+        to take. Runs skipped keep their places."""
+        dq = self._ready[prio]
+        kept: list[Span] = []
+        taken_keys: set[str] = {s.chunk.key for s in spans if s.chunk.key is not None}
+        for _ in range(self.max_scan):
+            if not dq or not want:
+                break
+            span = dq.popleft()
+            key = span.chunk.key
+            if not wanted(span) or not self._key_free(span) or key in taken_keys:
+                kept.append(span)
+                continue
+            n = want if key is None else 1
+            if span.count > n:
+                span, rest = span.split(n)
+                kept.append(rest)
+            if key is not None:
+                taken_keys.add(key)
+                self._key_holder[key] = span.first_seq
+                self._keyed_ready -= span.count
+            spans.append(span)
+            want -= span.count
+            self._log(JournalEntry(IndexType.LEASE, span))
+        dq.extendleft(reversed(kept))
+        if not dq:
+            del self._ready[prio]
+            self._priorities.remove(prio)
+        return want
+
+    def _make_lease(self, spans: list[Span], n: int, now: float, owner: str | None,
+                    t: Any = None, typed: bool = False) -> Lease | None:
+        if not n:
+            return None
+        self._n.ready -= n
+        self._n.leased += n
+        if typed:
+            self._ready_by_type[t] -= n
+            if not self._ready_by_type[t]:
+                del self._ready_by_type[t]
+            self._running_by_type[t] = self._running_by_type.get(t, 0) + 1
+        lease = Lease(next(self._lease_ids), spans, now + self.lease_timeout_s, n, owner, now, typed, t)
+        self._leases[lease.lease_id] = lease
+        heapq.heappush(self._deadlines, (lease.deadline, lease.lease_id))
+        return lease
+
+    def _unhold(self, span: Span) -> None:
+        """``span``'s message is settled (acked, dead) or released: its key is free."""
+        key = span.chunk.key
+        if key is not None and self._key_holder.get(key) == span.first_seq:
+            del self._key_holder[key]
+
+    def rebuild_key_holders(self) -> None:
+        """After a restore or an import: every key whose message is leased, or was retried
+        (attempts > 0: it ran before its key's later messages), is held by that message."""
+        self._key_holder = {}
+        live = [s for lease in self._leases.values() for s in lease.spans]
+        live += [s for _, _, s in self._delayed if s.attempts]
+        live += [s for p in self._priorities for s in self._ready[p] if s.attempts]
+        for span in live:
+            key = span.chunk.key
+            if key is not None and (key not in self._key_holder or span.first_seq < self._key_holder[key]):
+                self._key_holder[key] = span.first_seq
 
     # -- typed delivery (fair / capped) ----------------------------------------------------
 
@@ -348,6 +445,8 @@ class QueueCore:
                 break
             for span in itertools.islice(self._ready[prio], policy.max_scan):
                 t = span.chunk.type
+                if not self._key_free(span):
+                    continue
                 if under_limit(t):
                     pick = (prio, t)
                     break
@@ -362,41 +461,12 @@ class QueueCore:
             max_items = max(1, sizes.get(pick[1], max_items))
         return self._lease_type(*pick, max_items, now, owner)
 
-    def _lease_type(self, prio: int, t: str | None, max_items: int, now: float, owner: str | None) -> Lease:
+    def _lease_type(self, prio: int, t: str | None, max_items: int, now: float, owner: str | None) -> Lease | None:
         """Lease the first ``max_items`` ready messages of type ``t`` and priority ``prio``
-        (within ``max_scan`` runs); the other runs keep their places."""
-        dq = self._ready[prio]
-        taken: list[Span] = []
-        kept: list[Span] = []
-        want = max_items
-        for _ in range(self.policy.max_scan):
-            if not dq or not want:
-                break
-            span = dq.popleft()
-            if span.chunk.type != t:
-                kept.append(span)
-                continue
-            if span.count > want:
-                span, rest = span.split(want)
-                kept.append(rest)
-            taken.append(span)
-            want -= span.count
-            self._log(JournalEntry(IndexType.LEASE, span))
-        dq.extendleft(reversed(kept))
-        if not dq:
-            del self._ready[prio]
-            self._priorities.remove(prio)
-        n = max_items - want
-        self._n.ready -= n
-        self._n.leased += n
-        self._ready_by_type[t] -= n
-        if not self._ready_by_type[t]:
-            del self._ready_by_type[t]
-        self._running_by_type[t] = self._running_by_type.get(t, 0) + 1
-        lease = Lease(next(self._lease_ids), taken, now + self.lease_timeout_s, n, owner, now, True, t)
-        self._leases[lease.lease_id] = lease
-        heapq.heappush(self._deadlines, (lease.deadline, lease.lease_id))
-        return lease
+        (within ``max_scan`` runs, one per key); the other runs keep their places."""
+        spans: list[Span] = []
+        want = self._take_from(prio, max_items, spans, lambda span: span.chunk.type == t)
+        return self._make_lease(spans, max_items - want, now, owner, t, typed=True)
 
     def _lease_ended(self, lease: Lease) -> None:
         """A typed lease ended (settled, expired, taken back): its type runs one batch fewer."""
@@ -472,10 +542,12 @@ class QueueCore:
                 n_dead += d
             pos = end
         for span in reversed(released):
+            self._unhold(span)
             self._push_ready(span, front=True)
         for span in released:
             self._log(JournalEntry(IndexType.RELEASE, span))
         for span in acked:
+            self._unhold(span)
             self._log(JournalEntry(IndexType.ACK, span))
         n_released = sum(s.count for s in released)
         n_acked = done - n_retried - n_dead
@@ -513,6 +585,7 @@ class QueueCore:
         """Retry ``span`` after a backoff, or dead-letter it; return True if dead-lettered."""
         attempts = span.attempts + 1
         if fatal or attempts > self.max_retries:
+            self._unhold(span)
             for i in range(span.start, span.stop):
                 self.dead.append(DeadLetter(span.chunk.base_seq + i, span.chunk, i, attempts, error))
             self._log(JournalEntry(IndexType.DEAD, Span(span.chunk, span.start, span.stop, attempts), error=error))
@@ -611,6 +684,8 @@ class QueueCore:
         else:
             dq.append(span)
         self._n.ready += span.count
+        if span.chunk.key is not None:
+            self._keyed_ready += span.count
         if self._typed:
             t = span.chunk.type
             self._ready_by_type[t] = self._ready_by_type.get(t, 0) + span.count
@@ -708,6 +783,7 @@ class QueueCore:
         n = self._n
         n.total_put, n.total_acked, n.total_retried, n.total_expired, n.total_taken_back = state["totals"]
         self._next_seq = state["next_seq"]
+        self.rebuild_key_holders()
 
     def live_spans(self) -> list[tuple[Span, str]]:
         """Every unsettled span with its state: ``"ready"``, ``"delayed"`` or ``"leased"``."""
@@ -755,6 +831,12 @@ class QueueCore:
         seqs = [s.chunk.base_seq + i for s in spans for i in range(s.start, s.stop)]
         seqs += [d.seq for d in self.dead]
         assert len(seqs) == len(set(seqs)), "a message is in two places"
+        keyed = sum(s.count for dq in self._ready.values() for s in dq if s.chunk.key is not None)
+        assert keyed == self._keyed_ready, f"keyed ready {self._keyed_ready} != {keyed}"
+        leased_keys = [s.chunk.key for lease in self._leases.values() for s in lease.spans if s.chunk.key]
+        assert len(leased_keys) == len(set(leased_keys)), "two messages of one key leased at once"
+        for key in leased_keys:
+            assert key in self._key_holder, f"leased key {key!r} not held"
         if self._typed:
             by_type: dict[str | None, int] = {}
             for dq in self._ready.values():

@@ -127,7 +127,8 @@ class DurableQueue(QueueActorBase):
             h = rc.header
             payload = ChunkPayload(rc.offsets, rc.data, rc.segment, rc.offset)
             chunk = chunks[h.base_seq] = Chunk(h.base_seq, h.count, h.priority, payload,
-                                               ChunkMeta(h.kind, h.digest, h.type, h.key), type=h.type)
+                                               ChunkMeta(h.kind, h.digest, h.type, h.key), type=h.type,
+                                               key=h.key)
             self._core.restore(chunk, rc.spans, now=now, not_before=h.not_before or None)
             live = sum(stop - start for start, stop, _ in rc.spans)
             for start, stop, attempts in _minus(rc.crashed_leases, held.get(h.base_seq, [])):
@@ -154,6 +155,7 @@ class DurableQueue(QueueActorBase):
                 )
         self._tokens = dict(list(rec.tokens.items())[-TOKENS_KEPT:])
         self._core.advance_seq(rec.next_seq)
+        self._core.rebuild_key_holders()  # a retried keyed message still runs before its key's next
         for seg in list(self._func_refs.values()) + list(self._dead_errors.values()):
             pins[seg[0]] = pins.get(seg[0], 0) + 1
         for seg in self._result_refs:

@@ -30,6 +30,7 @@ __all__ = [
     "encode_calls",
     "calls_from_tasks",
     "pack",
+    "encode_keyed",
 ]
 
 #: One task: its function, positional arguments and keyword arguments (``None`` if none).
@@ -205,3 +206,58 @@ def pack(
     except PayloadTooLargeError as e:
         index = None if single or e.index is None else positions[e.index]
         raise PayloadTooLargeError(e.size, e.limit, index=index) from None
+
+
+def encode_keyed(
+    keys: Sequence[str | None],
+    route: Callable[[str | None], int],
+    payload_of: Callable[[int], tuple[int, Any, Any]],
+    options: PutOptions,
+    *,
+    size: int,
+    limit: int,
+    what: str,
+) -> list[tuple[int, PutBatch]]:
+    """Batches of messages that each carry their own routing key: message ``i`` goes to queue
+    ``route(keys[i])``, as a put group of its key (one group per key, kind and function in
+    each chunk of at most ``size`` messages of one queue), in input order within a key.
+
+    ``payload_of(i)`` gives message ``i``'s ``(kind, function or None, payload)``; each
+    distinct function is pickled once. Returns ``(queue, batch)`` pairs.
+    """
+    by_queue: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        by_queue.setdefault(route(key), []).append(i)
+    functions: dict[Any, PickledFunction] = {}
+    out = []
+    for q, positions in by_queue.items():
+        for lo in range(0, len(positions), size):
+            chunk = positions[lo : lo + size]
+            out.append((q, _encode_keyed_chunk(chunk, keys, payload_of, functions, options, limit, what)))
+    return out
+
+
+def _encode_keyed_chunk(chunk: list[int], keys: Sequence[str | None], payload_of: Callable[[int], tuple[int, Any, Any]],
+                        functions: dict[Any, PickledFunction], options: PutOptions, limit: int, what: str) -> PutBatch:
+    by_group: dict[tuple[str | None, int, bytes | None], tuple[list[int], list[Any]]] = {}
+    funcs: dict[bytes, bytes] = {}
+    for i in chunk:
+        kind, func, payload = payload_of(i)
+        digest = None
+        if func is not None:
+            fkey: Any = func if getattr(func, "__hash__", None) else id(func)
+            pickled = functions.get(fkey)
+            if pickled is None:
+                pickled = functions[fkey] = pickle_function(func, index=i)
+            funcs[pickled.digest] = pickled.data
+            digest = pickled.digest
+        group_positions, payloads = by_group.setdefault((keys[i], kind, digest), ([], []))
+        group_positions.append(i)
+        payloads.append(payload)
+    groups, positions = [], []
+    for (key, kind, digest), (group_positions, payloads) in by_group.items():
+        offsets, data = pack(payloads, group_positions, limit=limit, what=what)
+        groups.append(PutOptions(options.type, options.priority, key, options.delay_s).group(
+            kind, digest, len(group_positions), offsets, data))
+        positions.append(group_positions)
+    return PutBatch(groups, funcs, positions)

@@ -49,6 +49,7 @@ from daskqueue.queue.encode import (
     chunk_size,
     encode_calls,
     encode_payloads,
+    encode_keyed,
     encode_uniform,
 )
 from daskqueue.queue.handles import (
@@ -102,6 +103,26 @@ class _Pending(NamedTuple):
 
     future: Any
     handle: Any
+
+
+def _call_payload(call: tuple[Any, ...]) -> tuple[int, Any, Any]:
+    """``(kind, function, payload)`` of a ``(func, args, kwargs)`` call."""
+    func, args, kwargs = call
+    return (Kind.CALL_KW, func, (args, kwargs)) if kwargs else (Kind.CALL, func, args)
+
+
+def _consecutive_runs(first_seq: int, positions: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(first seq, count, first position)`` of each run of consecutive input positions of a
+    put group whose messages got the seqs from ``first_seq`` on."""
+    if isinstance(positions, range) and positions.step == 1:
+        return [(first_seq, len(positions), positions.start)]
+    runs: list[tuple[int, int, int]] = []
+    for k, p in enumerate(positions):
+        if runs and runs[-1][2] + runs[-1][1] == p:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1, runs[-1][2])
+        else:
+            runs.append((first_seq + k, 1, p))
+    return runs
 
 
 def _one_argument(chunk: Sequence[Any]) -> list[tuple[Any]]:
@@ -207,6 +228,7 @@ class QueuePool:
         # the type's running batches is the pool's (caps are exact); the queues tell each
         # other their ready counts per type (shares are pool-wide).
         self._type_ring = HashRing(range(self.n_queues)) if self.config.scheduler != "fifo" else None
+        self._key_ring = HashRing(range(self.n_queues))  # keys= : each key to one queue
         self._slots: dict[str, int] = {}  # consumer pool id -> its running slots
         self._share_peers()
         self._membership.add_listener(self)
@@ -315,15 +337,22 @@ class QueuePool:
         key: str | None = None,
         delay_s: float = 0.0,
         eta: Eta = None,
+        keys: Sequence[str] | None = None,
     ) -> list[int]:
         """Enqueue tasks given as tuples ``(func, *args)``; return their ids, in order.
 
         Every task is validated and pickled before anything is sent: an unpicklable or
         non-callable task raises (naming its index) and enqueues nothing. Each distinct
-        function is pickled once per call.
+        function is pickled once per call. ``keys`` (one per task): tasks with the same key
+        go to one queue and run one at a time, in this order (see the README's "Routing by
+        key").
         """
         options = self._put_options(type, priority, key, delay_s, eta)
         tasks = tasks if isinstance(tasks, list) else list(tasks)
+        if keys is not None:
+            calls = calls_from_tasks(tasks)
+            return self._send_keyed(options, self._check_keys(keys, len(tasks), key),
+                                    lambda i: _call_payload(calls[i]), what="arguments")
         encoding = self._encoding(len(tasks), options)
         batches = encode_uniform(tasks, options, **encoding)
         if batches is None:
@@ -342,6 +371,7 @@ class QueuePool:
         type: str | None = None,
         delay_s: float = 0.0,
         eta: Eta = None,
+        key: Callable[[Any], str] | None = None,
     ) -> list[Any]:
         """Run ``func(x)`` for each ``x`` on the cluster; return the results in input order.
 
@@ -358,14 +388,24 @@ class QueuePool:
                                    "and call start() first")
         started = time.monotonic()
         items = list(iterable)
-        batches = encode_payloads(
-            items, _one_argument, kind=Kind.CALL, function=pickle_function(func), options=options,
-            what="argument", **self._encoding(len(items), options),
-        )
+        keyed = None
+        if key is not None:
+            if not callable(key):
+                raise ConfigurationError(f"key must be a callable item -> str, got {key!r:.80}")
+            keyed = self._keyed_batches(options, self._check_keys([key(x) for x in items], len(items)),
+                                        lambda i: (Kind.CALL, func, (items[i],)), what="argument")
+        else:
+            batches = encode_payloads(
+                items, _one_argument, kind=Kind.CALL, function=pickle_function(func), options=options,
+                what="argument", **self._encoding(len(items), options),
+            )
         claim = MapClaim(len(items))
         bar = _progress_bar(claim.n) if progress else None
         try:
-            self._send(batches, claim=claim, queue=self._route(options))
+            if keyed is not None:
+                self._send([b for _, b in keyed], claim=claim, queues=[q for q, _ in keyed])
+            else:
+                self._send(batches, claim=claim, queue=self._route(options))
             deadline = None if timeout_s is None else started + timeout_s
             return self._wait_map(claim, bar=bar, deadline=deadline, timeout_s=timeout_s, errors=errors)
         finally:
@@ -416,7 +456,8 @@ class QueuePool:
         return self.put_many([item], type=type, priority=priority, key=key, delay_s=delay_s, eta=eta)[0]
 
     def put_many(self, items: Iterable[Any], *, type: str | None = None, priority: int = 0,
-                 key: str | None = None, delay_s: float = 0.0, eta: Eta = None) -> list[int]:
+                 key: str | None = None, delay_s: float = 0.0, eta: Eta = None,
+                 keys: Sequence[str] | None = None) -> list[int]:
         """Enqueue raw items (each pickled on its own) for a custom consumer; return their ids.
 
         Every enqueue call takes the same message options: ``type`` (what a fair or capped
@@ -425,6 +466,9 @@ class QueuePool:
         """
         options = self._put_options(type, priority, key, delay_s, eta)
         items = list(items)
+        if keys is not None:
+            return self._send_keyed(options, self._check_keys(keys, len(items), key),
+                                    lambda i: (Kind.RAW, None, items[i]), what="item")
         batches = encode_payloads(
             items, None, kind=Kind.RAW, function=None, options=options, what="item",
             **self._encoding(len(items), options),
@@ -457,19 +501,49 @@ class QueuePool:
             "limit": self.config.message_limit(options.type, options.key),
         }
 
+    def _check_keys(self, keys: Sequence[Any], n: int, key: str | None = None) -> list[str]:
+        """The per-message routing keys of a submission of ``n`` messages, validated."""
+        if key is not None:
+            raise ConfigurationError("give key= (one key for every message) or keys=, not both")
+        if self._type_ring is not None:
+            raise ConfigurationError(f"keys= routes messages by key; a {self.config.scheduler!r} pool routes "
+                                     "them by type: use keys in a 'fifo' pool")
+        keys = list(keys)
+        if len(keys) != n:
+            raise ConfigurationError(f"keys has {len(keys)} keys for {n} messages")
+        for i, k in enumerate(keys):
+            if not isinstance(k, str):
+                raise ConfigurationError(f"key {i} must be a str, got {k!r:.80}")
+        return keys
+
+    def _keyed_batches(self, options: PutOptions, keys: list[str], payload_of: Callable[[int], Any],
+                       what: str) -> list[tuple[int, PutBatch]]:
+        return encode_keyed(keys, self._key_ring.node, payload_of, options,
+                            size=self.put_batch_size, limit=self.config.message_limit(options.type), what=what)
+
+    def _send_keyed(self, options: PutOptions, keys: list[str], payload_of: Callable[[int], Any],
+                    what: str) -> list[int]:
+        """Encode messages by key (each to its key's queue on the ring) and send them."""
+        keyed = self._keyed_batches(options, keys, payload_of, what)
+        return self._send([b for _, b in keyed], n=len(keys), queues=[q for q, _ in keyed])
+
     def _route(self, options: PutOptions) -> int | None:
         """The queue every message of a submission goes to (a typed pool's queue for its
         type), or None: round-robin."""
         return None if self._type_ring is None else self._type_ring.node(options.type)
 
     def _send(self, batches: list[PutBatch], *, n: int = 0, claim: MapClaim | None = None,
-              queue: int | None = None) -> list[int]:
+              queue: int | None = None, queues: list[int] | None = None) -> list[int]:
         """Send every encoded batch (all encoded before any is sent), round-robin (or all to
-        ``queue``), concurrently; return the ids of the ``n`` messages by input position
-        (with ``claim``, route their results to it instead and return nothing)."""
+        ``queue``, or batch ``i`` to ``queues[i]``), concurrently; return the ids of the ``n``
+        messages by input position (with ``claim``, route their results to it instead and
+        return nothing)."""
         sends = []
-        for groups, funcs, positions in batches:
-            q = next(self._rr) % self.n_queues if queue is None else queue
+        for i, (groups, funcs, positions) in enumerate(batches):
+            if queues is not None:
+                q = queues[i]
+            else:
+                q = next(self._rr) % self.n_queues if queue is None else queue
             # A function confirmed at a queue is not sent to it again.
             extra = {d: b for d, b in funcs.items() if d not in self._sent_funcs[q]}
             blob, token = encode_put(groups, extra), os.urandom(TOKEN_SIZE)
@@ -481,7 +555,8 @@ class QueuePool:
             self._sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
             for (first_seq, count), pos in zip(allocated, positions):
                 if claim is not None:
-                    self._collector.claim(q, first_seq, count, claim, pos[0])
+                    for run_seq, run_count, run_pos in _consecutive_runs(first_seq, pos):
+                        self._collector.claim(q, run_seq, run_count, claim, run_pos)
                 elif isinstance(pos, range) and pos.step == 1:
                     ids[pos.start : pos.stop] = [
                         (s << QUEUE_INDEX_BITS) | q for s in range(first_seq, first_seq + count)

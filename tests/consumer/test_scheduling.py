@@ -78,3 +78,44 @@ def test_a_reserved_slot_starts_an_urgent_task_while_every_other_slot_is_busy(po
     assert started - submitted < 1.0  # not behind 4.5 s of long tasks on the only other slot
     cp.join(timeout=60)
     assert sorted(cp.results()[i][0] for i in long_ids) == [0, 1, 2]
+
+
+def test_messages_of_one_key_run_one_at_a_time_in_order_while_keys_run_in_parallel(pools):
+    from daskqueue.messages import split_id
+
+    qp = pools.queue(2)
+    cp = pools.consumer(qp, n_consumers=4, max_concurrency=2)
+    cp.start()
+    keys = [f"device-{i % 12}" for i in range(240)]
+    ids = qp.batch_submit([(tasks.timed_sleep, (k, i), 0.005) for i, k in enumerate(keys)], keys=keys)
+    cp.join(timeout=120)
+    results = cp.results()
+    by_key: dict[str, list] = {}
+    for task_id, k in zip(ids, keys):
+        (_, i), start, end = results[task_id]
+        by_key.setdefault(k, []).append((i, start, end, split_id(task_id)[0]))
+    all_spans = []
+    for k, runs in by_key.items():
+        assert len({q for *_, q in runs}) == 1, f"key {k} went to two queues"
+        runs.sort()  # by input position
+        for (_, _, end, _), (_, start, _, _) in zip(runs, runs[1:]):
+            assert start >= end, f"key {k}: a message started before the previous one ended"
+        all_spans += [(s, e) for _, s, e, _ in runs]
+    assert max_overlap(all_spans) > 1  # different keys did run at once
+    assert len({split_id(i)[0] for i in ids}) == 2  # the keys spread over both queues
+
+
+def test_map_with_a_key_returns_results_in_input_order(pools):
+    qp = pools.queue(2)
+    cp = pools.consumer(qp)
+    cp.start()
+    out = qp.map(tasks.double, range(300), key=lambda x: f"k{x % 7}", timeout_s=60)
+    assert out == [2 * x for x in range(300)]
+
+
+def test_keys_must_be_one_str_per_message(pools):
+    qp = pools.queue(2)
+    with pytest.raises(ConfigurationError, match="keys has 1 keys for 2"):
+        qp.put_many([1, 2], keys=["a"])
+    with pytest.raises(ConfigurationError, match="key 1 must be a str"):
+        qp.put_many([1, 2], keys=["a", 3])
