@@ -154,6 +154,9 @@ class ConsumerBase:
         self.reserved_slots = reserved_slots
         self.reserved_priority = reserved_priority
         self._reserved_task: asyncio.Task[None] | None = None
+        self._hints: list[tuple[int, int]] = []  # (queue, announcement) the home queue last said have work
+        # Announcements found stale (the queue was empty after all), ignored until then.
+        self._stale: dict[tuple[int, int], float] = {}
         self._reserved_executor: ThreadPoolExecutor | None = None
         self._reserved_idle = False
         self._prefetch = prefetch_batches
@@ -477,13 +480,19 @@ class ConsumerBase:
         self._orphan_close = asyncio.get_running_loop().create_task(self.close())
 
     async def _fetch(self) -> Batch | None:
-        """One pass: every queue without waiting, home first; then long-poll the home queue.
+        """One fetch: the queues the home queue last said have work, then a long poll of the
+        home queue, which answers with a batch, or at once with where work is elsewhere
+        (the queues tell each other when they have work): an idle consumer makes one call
+        per ``idle_poll_s``, however many queues there are.
 
         A queue that fails (its worker died, it was closed) is skipped for
-        ``QUEUE_RETRY_S``; the others are still served.
+        ``QUEUE_RETRY_S``; the others are still served. With the home queue failing, the
+        others are asked in turn.
         """
         n = self._batch_size
         sizes = {t: size for t, (size, _) in self._type_sizes.items()} if len(self._type_sizes) > 1 else None
+        if len(self._queues) > 1 and not self._is_down(0):
+            return await self._fetch_hinted(n, sizes)
         # Right after a long poll of the home queue timed out, asking it again is wasted.
         first = 1 if self._home_idle else 0
         for slot in range(first, len(self._queues)):
@@ -505,20 +514,52 @@ class ConsumerBase:
             self._type_sizes.clear()
         return None if blob is None else await self._decode(0, blob)
 
+    async def _fetch_hinted(self, n: int, sizes: dict[str | None, int] | None) -> Batch | None:
+        now = time.monotonic()
+        hints, self._hints = self._hints, []
+        for index, number in hints:
+            slot = (index - self._home) % len(self._queues)
+            if slot == 0 or self._is_down(slot):
+                continue
+            blob = await self._get_from(slot, n, 0.0, sizes=sizes)
+            if blob is not None:
+                return await self._decode(slot, blob)
+            # Drained by another consumer since: ignore this announcement (not the queue's
+            # next one) for a poll interval, in case its "no work" never comes.
+            self._stale[(index, number)] = now + self._idle_poll_s
+            if self._stop_requested:
+                return None
+        self._stale = {w: until for w, until in self._stale.items() if until > now}
+        ignore = list(self._stale)
+        answer = await self._get_from(0, n, self._idle_poll_s, sizes=sizes, hints=True, ignore=ignore)
+        if isinstance(answer, list):
+            self._hints = answer
+            return None
+        if answer is None and self._fixed_batch is None:
+            # Idle: the next work may be of another kind; learn its duration afresh.
+            self._batch_size = defaults.INITIAL_BATCH_SIZE
+            self._per_item_s = None
+            self._type_sizes.clear()
+        return None if answer is None else await self._decode(0, answer)
+
     def _is_down(self, slot: int) -> bool:
         until = self._queue_down_until.get(slot)
         return until is not None and time.monotonic() < until
 
     async def _get_from(self, slot: int, n: int, wait_s: float, min_priority: int | None = None,
-                        sizes: dict[str | None, int] | None = None) -> bytes | None:
-        """``get_batch`` of one queue; ``None`` if it is empty, down or failing."""
+                        sizes: dict[str | None, int] | None = None, hints: bool = False,
+                        ignore: list[int] | None = None) -> Any:
+        """``get_batch`` of one queue; ``None`` if it is empty, down or failing (with
+        ``hints``, maybe the list of queues with work instead)."""
         if self._is_down(slot):
             return None
         self._fetch_calls += 1
         try:
             args: tuple[Any, ...] = (n, wait_s, self._address)
-            if min_priority is not None or sizes is not None:
+            if min_priority is not None or sizes is not None or hints:
                 args += (min_priority, sizes)
+            if hints:
+                args += (True, ignore or None)
             blob = await self._call(slot, "get_batch", *args, wait_s=wait_s)
         except Exception as e:
             if slot not in self._queue_down_until:

@@ -49,6 +49,10 @@ def encode_frame(obj: Any) -> bytes:
     return FRAME.pack(len(body)) + body
 
 
+#: The GIL switch interval of a child process with reserved slots (Python's default: 5 ms).
+URGENT_SWITCH_INTERVAL_S = 0.0005
+
+
 class _Child:
     """The child's state: the consumer twin, its thread pool, the locked output pipe."""
 
@@ -61,6 +65,11 @@ class _Child:
         # waits for a general thread, never takes a reserved one.
         reserved = getattr(consumer, "reserved_slots", 0)
         self.reserved_pool = ThreadPoolExecutor(reserved, thread_name_prefix="daskqueue-child-reserved") if reserved else None
+        if reserved:
+            # A CPU-bound task holds the GIL for up to the switch interval (5 ms) each time
+            # the urgent thread asks for it, and a short task asks several times: hand the
+            # GIL over 10x sooner in this process, where urgent work shares it by design.
+            sys.setswitchinterval(URGENT_SWITCH_INTERVAL_S)
 
     def send(self, obj: Any) -> None:
         frame = encode_frame(obj)

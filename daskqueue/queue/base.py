@@ -55,6 +55,9 @@ TOKENS_KEPT = 10_000
 #: How often a queue with work reports its load to the scheduler (for ``adapt()``).
 LOAD_REPORT_S = 1.0
 
+#: At most this often a queue tells its peers that it now has ready messages, or has none.
+WORK_ANNOUNCE_S = 0.02
+
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
@@ -134,7 +137,15 @@ class QueueActorBase:
         # Typed pools (fair / capped): slots per consumer pool, the peer queues, and their
         # latest counts per type, ``index -> (monotonic time, {type: (ready, running)})``.
         self._slots: dict[str, int] = {}
-        self._peers: list[Any] = []
+        self._peers: dict[int, Any] = {}  # queue index -> handle, every other queue of the pool
+        # Work announcements: which peers said they have ready messages (what a consumer's
+        # long poll of its home queue hears about, instead of asking every queue in turn),
+        # and what this queue last told them.
+        self._work_at: dict[int, int] = {}  # peer index -> the number of its announcement
+        self._announced: bool | None = None
+        self._announcements = 0
+        self._announcer: asyncio.Task[None] | None = None
+        self._announced_at = 0.0
         self._peer_reports: dict[int, tuple[float, dict[Any, tuple[int, int]]]] = {}
         self._gossip: asyncio.Task[None] | None = None
         self._funcs: dict[bytes, bytes] = {}
@@ -248,6 +259,7 @@ class QueueActorBase:
             logger.exception("queue %d: storage housekeeping failed", self.index)
         if self._core.has_ready(now):
             self._notify_ready()
+        self._work_changed()
         due = self._report_due_in()
         if due is not None and due <= 0:
             self._report_load()
@@ -305,11 +317,60 @@ class QueueActorBase:
             self._notify_ready()
 
     async def set_peers(self, refs: list[Any]) -> None:
-        """The pool's other queues (``queue_ref`` tuples), which this one tells its counts."""
+        """The pool's queues (``queue_ref`` tuples, by index), which this one tells whether
+        it has work (and, in a typed pool, its counts per type). Sent again after a queue
+        moves: this one then tells them all its state afresh."""
         from daskqueue.consumer.base import _bind_local
         from daskqueue.queue.handles import worker_handle
 
-        self._peers = [_bind_local(worker_handle(r)) for r in refs]
+        self._peers = {i: _bind_local(worker_handle(r)) for i, r in enumerate(refs) if i != self.index}
+        self._work_at = {i: v for i, v in self._work_at.items() if i in self._peers}
+        self._announced = None
+        if self._ready_event is not None:
+            self._work_changed()
+
+    async def work_at(self, index: int, has_work: bool, number: int = 0) -> None:
+        """Queue ``index`` of the pool has ready messages now (or has none left), said in
+        its announcement ``number`` (a consumer that found the queue empty after all
+        ignores that announcement, not the next one)."""
+        if has_work:
+            self._work_at[index] = number
+            if self._ready_event is not None:
+                self._notify_ready()  # a consumer idle on this queue may go there
+        else:
+            self._work_at.pop(index, None)
+
+    def _work_changed(self) -> None:
+        """After anything that may change whether this queue has ready messages: tell the
+        peers when it did, at most every ``WORK_ANNOUNCE_S`` (the latest state goes out)."""
+        if not self._peers or self._announcer is not None:
+            return
+        if (self._core.ready_count > 0) is self._announced:
+            return
+        self._announcer = asyncio.get_running_loop().create_task(self._announce_work())
+
+    async def _announce_work(self) -> None:
+        try:
+            wait = self._announced_at + WORK_ANNOUNCE_S - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            has = self._core.ready_count > 0
+            if has is self._announced:
+                return
+            self._announced, self._announced_at = has, time.monotonic()
+            self._announcements += 1
+            calls = [asyncio.ensure_future(p.work_at(self.index, has, self._announcements))
+                     for p in self._peers.values()]
+            done, pending = await asyncio.wait(calls, timeout=defaults.TYPE_GOSSIP_STALE_S / 3)
+            for call in pending:
+                call.cancel()
+            for call in done:
+                if call.exception() is not None:
+                    logger.debug("queue %d: a peer did not take its work state: %s", self.index, call.exception())
+        finally:
+            self._announcer = None
+        if (self._core.ready_count > 0) is not self._announced and not self._closed:
+            self._work_changed()  # it changed again meanwhile
 
     async def peer_counts(self, index: int, counts: dict[Any, tuple[int, int]]) -> None:
         """Queue ``index`` of the pool has these ready messages and running batches per type."""
@@ -343,7 +404,7 @@ class QueueActorBase:
             if not self._peers or (counts == last and time.monotonic() - sent_at < 1.0):
                 continue
             last, sent_at = counts, time.monotonic()
-            calls = [asyncio.ensure_future(p.peer_counts(self.index, counts)) for p in self._peers]
+            calls = [asyncio.ensure_future(p.peer_counts(self.index, counts)) for p in self._peers.values()]
             done, pending = await asyncio.wait(calls, timeout=defaults.TYPE_GOSSIP_STALE_S / 3)
             for call in pending:
                 call.cancel()
@@ -529,6 +590,7 @@ class QueueActorBase:
         if any(d > 0 for _, d in chunks):
             self._reschedule()
         self._notify_ready()
+        self._work_changed()
         return ranges
 
     def _check_sizes(self, offsets_bytes: bytes) -> None:
@@ -540,10 +602,15 @@ class QueueActorBase:
                 raise PayloadTooLargeError(biggest, self.max_message_bytes)
 
     async def get_batch(self, max_items: int, wait_s: float = 0.0, owner: str | None = None,
-                        min_priority: int | None = None, sizes: dict[Any, int] | None = None) -> bytes | None:
+                        min_priority: int | None = None, sizes: dict[Any, int] | None = None,
+                        hints: bool = False, ignore: list[int] | None = None) -> bytes | list[int] | None:
         """Lease up to ``max_items`` messages (of priority ``>= min_priority`` if given); wait
         up to ``wait_s`` for one to be ready. ``sizes`` (typed pools): the caller's batch size
-        per message type, used instead of ``max_items`` for a batch of that type.
+        per message type, used instead of ``max_items`` for a batch of that type. With
+        ``hints``, a call that finds nothing here returns at once the indices of the peer
+        queues that announced ready messages, as ``(index, announcement number)`` pairs (but
+        the pairs in ``ignore``), if any: an idle consumer long-polls only its home queue and
+        still hears where work is.
 
         Returns a delivery blob, or ``None`` if nothing became ready in time (or the queue was
         closed while waiting). Waiting awaits an event set by puts and redeliveries: an idle
@@ -565,7 +632,13 @@ class QueueActorBase:
             if lease is not None:
                 self._persist_lease(lease, now)
                 self._reschedule()
+                self._work_changed()
                 return self._encode(lease)
+            if hints:
+                stale = set(map(tuple, ignore or ()))
+                elsewhere = sorted(w for w in self._work_at.items() if w not in stale)
+                if elsewhere:  # nothing here: say where there is work instead of waiting
+                    return elsewhere
             remaining = deadline - now
             if remaining <= 0 or self._closed:
                 return None
@@ -597,6 +670,9 @@ class QueueActorBase:
         self._start()
         now = self._now()
         error = killed_error(f"the worker running this message died ({', '.join(sorted(addresses))})")
+        for i, p in self._peers.items():  # a lost peer's work is not where a consumer can go
+            if getattr(p, "_address", None) in addresses:
+                self._work_at.pop(i, None)
         n = self._core.take_back(frozenset(addresses), error, now=now)
         if n:
             logger.warning("queue %d: %d leased messages taken back from consumers on lost "
@@ -643,6 +719,8 @@ class QueueActorBase:
             self._after_change(now)
         finally:  # it took effect even if storage failed: wake whoever it concerns
             self._announce(s)
+            if s.n_released:
+                self._work_changed()
         return s.n_acked, s.n_retried, s.n_dead, s.n_released
 
     def _announce(self, s: Settlement) -> None:
@@ -753,10 +831,11 @@ class QueueActorBase:
         if self._closed:
             return
         self._closed = True
-        if self._gossip is not None:
-            self._gossip.cancel()
-            await asyncio.wait({self._gossip})
-            self._gossip = None
+        for task in (self._gossip, self._announcer):
+            if task is not None:
+                task.cancel()
+                await asyncio.wait({task})
+        self._gossip = self._announcer = None
         if self._sweeper is not None:
             assert self._timer_changed is not None
             self._timer_changed.set()

@@ -270,6 +270,11 @@ class QueueCore:
 
     # -- get ------------------------------------------------------------------------------
 
+    @property
+    def ready_count(self) -> int:
+        """Ready messages now (delayed ones that fell due count once promoted)."""
+        return self._n.ready
+
     def has_ready(self, now: float) -> bool:
         """True if a ``get_batch(now=now)`` would return a lease."""
         self._promote_due(now)

@@ -834,9 +834,10 @@ class QueuePool:
         self._share_peers()
 
     def _share_peers(self) -> None:
-        """Typed pools: tell every queue where the others are and the consumer pools' slots
-        (at start, and after a queue moved: its successor starts knowing nothing)."""
-        if self._type_ring is None:
+        """Tell every queue where the others are (they announce to each other when they
+        have work) and, in a typed pool, the consumer pools' slots: at start, and after a
+        queue moved (its successor starts knowing nothing)."""
+        if self.n_queues == 1:
             return
         refs = [queue_ref(h) for h in self.queues]
         live = [(f"queue {i}", h) for i, h in enumerate(self.queues) if i not in self._lost and i not in self._moving]

@@ -303,3 +303,20 @@ def test_a_consumer_whose_home_queue_is_gone_still_drains_the_others(pools):
     stats = cp.stats()
     assert stats[1].items_done > 0  # it stole from queue 0 instead of failing on its home
     cp.cancel()
+
+
+def test_an_idle_consumer_asks_only_its_home_queue_and_still_hears_of_work_elsewhere(pools):
+    qp = pools.queue(4)
+    cp = pools.consumer(qp, n_consumers=1, idle_poll_s=0.5)
+    cp.start()
+    qp.map(tasks.double, range(8))
+    time.sleep(1.0)  # idle now: the long polls of the home queue time out every 0.5 s
+    calls = [s.get_calls for s in qp.stats()]
+    time.sleep(2.0)
+    idle_calls = [b - a for a, b in zip(calls, (s.get_calls for s in qp.stats()))]
+    assert sum(idle_calls) <= 6, idle_calls  # ~4 long polls of home; none to the 3 others
+    # Work put into any queue still starts at once: its queue tells the home queue.
+    for i in range(8):
+        started = time.monotonic()
+        assert cp.result(qp.submit(tasks.double, i), timeout=30) == 2 * i
+        assert time.monotonic() - started < 0.4
