@@ -248,7 +248,7 @@ class ConsumerBase:
         loop = asyncio.get_running_loop()
         self._loop_task = loop.create_task(self._fetch_loop())
         if self.reserved_slots:
-            self._reserved_task = loop.create_task(self._reserved_loop())
+            self._reserved_task = loop.create_task(self._fetch_loop(reserved=True))
         if not self.early_ack:
             self._extender = loop.create_task(self._extend_forever())
         logger.debug("consumer %d started (%s)", self.index, "child process" if self._runner else "threads")
@@ -405,44 +405,27 @@ class ConsumerBase:
 
     # -- the fetch loop (event loop) ------------------------------------------------------------
 
-    async def _fetch_loop(self) -> None:
-        slots = asyncio.Semaphore(self.max_concurrency + self._prefetch)
+    async def _fetch_loop(self, reserved: bool = False) -> None:
+        """Fetch and start batches while there is a free slot: the general slots (and the
+        prefetch) with ``_fetch``; with ``reserved``, the reserved slots with
+        ``_fetch_urgent`` (only messages of priority >= ``reserved_priority``, one per batch,
+        from any queue, home first). The general loop also closes an orphaned consumer."""
+        slots = asyncio.Semaphore(self.reserved_slots if reserved else self.max_concurrency + self._prefetch)
+        fetch = self._fetch_urgent if reserved else self._fetch
         loop = asyncio.get_running_loop()
         checked_at = time.monotonic()
         while not self._stop_requested:
-            if time.monotonic() - checked_at > ORPHAN_CHECK_S:
+            if not reserved and time.monotonic() - checked_at > ORPHAN_CHECK_S:
                 checked_at = time.monotonic()
                 if released_actor(self):
                     self._close_orphan()
                     return
             await slots.acquire()
             try:
-                batch = None if self._stop_requested else await self._fetch()
+                batch = None if self._stop_requested else await fetch()
             except Exception:
                 slots.release()
                 logger.exception("consumer %d: fetching failed; retrying in %g s", self.index, defaults.FETCH_RETRY_S)
-                await asyncio.sleep(defaults.FETCH_RETRY_S)
-                continue
-            if batch is None:
-                slots.release()
-                continue
-            self._inflight[(batch.queue_slot, batch.lease_id)] = batch
-            task = loop.create_task(self._run_and_settle(batch, slots))
-            self._finishing.add(task)
-            task.add_done_callback(self._finishing.discard)
-
-    async def _reserved_loop(self) -> None:
-        """The reserved slots' fetch loop: only messages of priority >= ``reserved_priority``,
-        one per batch, from any queue (home first), long-polling home when none is ready."""
-        slots = asyncio.Semaphore(self.reserved_slots)
-        loop = asyncio.get_running_loop()
-        while not self._stop_requested:
-            await slots.acquire()
-            try:
-                batch = None if self._stop_requested else await self._fetch_urgent()
-            except Exception:
-                slots.release()
-                logger.exception("consumer %d: fetching urgent work failed", self.index)
                 await asyncio.sleep(defaults.FETCH_RETRY_S)
                 continue
             if batch is None:

@@ -359,14 +359,7 @@ class QueueActorBase:
                 return
             self._announced, self._announced_at = has, time.monotonic()
             self._announcements += 1
-            calls = [asyncio.ensure_future(p.work_at(self.index, has, self._announcements))
-                     for p in self._peers.values()]
-            done, pending = await asyncio.wait(calls, timeout=defaults.TYPE_GOSSIP_STALE_S / 3)
-            for call in pending:
-                call.cancel()
-            for call in done:
-                if call.exception() is not None:
-                    logger.debug("queue %d: a peer did not take its work state: %s", self.index, call.exception())
+            await self._tell_peers("work_at", self.index, has, self._announcements)
         finally:
             self._announcer = None
         if (self._core.ready_count > 0) is not self._announced and not self._closed:
@@ -404,13 +397,20 @@ class QueueActorBase:
             if not self._peers or (counts == last and time.monotonic() - sent_at < 1.0):
                 continue
             last, sent_at = counts, time.monotonic()
-            calls = [asyncio.ensure_future(p.peer_counts(self.index, counts)) for p in self._peers.values()]
-            done, pending = await asyncio.wait(calls, timeout=defaults.TYPE_GOSSIP_STALE_S / 3)
-            for call in pending:
-                call.cancel()
-            for call in done:
-                if call.exception() is not None:
-                    logger.debug("queue %d: a peer did not take its counts: %s", self.index, call.exception())
+            await self._tell_peers("peer_counts", self.index, counts)
+
+    async def _tell_peers(self, method: str, *args: Any) -> None:
+        """Call ``method(*args)`` on every peer at once, waiting at most a second: a peer
+        that does not answer is skipped (what it misses goes stale, see its readers)."""
+        calls = [asyncio.ensure_future(getattr(p, method)(*args)) for p in self._peers.values()]
+        if not calls:
+            return
+        done, pending = await asyncio.wait(calls, timeout=defaults.TYPE_GOSSIP_STALE_S / 3)
+        for call in pending:
+            call.cancel()
+        for call in done:
+            if call.exception() is not None:
+                logger.debug("queue %d: a peer did not take %s: %s", self.index, method, call.exception())
 
     # -- handing the queue to a successor (graceful retirement of its worker) -----------------
 

@@ -162,6 +162,11 @@ class QueuePool:
     * ``retry_backoff_base_s`` / ``retry_backoff_max_s``: exponential backoff between retries.
     * ``max_message_bytes`` (default 64 MiB): largest pickled task or item.
     * ``put_batch_size`` (default 20,000): messages per ``put_batch`` call.
+    * ``scheduler``: ``"fifo"`` (default), ``"fair"`` or ``"capped"``: how queues choose
+      between message types (see the README's "Scheduling"); ``max_type_share`` (0.8),
+      ``max_scan`` (1,000), and for ``"capped"`` ``max_type_cap`` and ``type_caps``
+      (``{type: cap}``). In a fair or capped pool every message of one type goes to one
+      queue, so that caps hold pool-wide.
     * ``direct_to_workers``: ``None`` (default) calls the queue actors' workers directly
       when the client can reach them (checked once, here) and through the scheduler
       otherwise; ``True`` / ``False`` force one or the other. Defaults to the client's own
