@@ -144,6 +144,7 @@ class QueueActorBase:
         self._work_at: dict[int, int] = {}  # peer index -> the number of its announcement
         self._announced: bool | None = None
         self._announcements = 0
+        self._getters = 0  # calls waiting in get_batch: this queue's own idle consumers
         self._announcer: asyncio.Task[None] | None = None
         self._announced_at = 0.0
         self._peer_reports: dict[int, tuple[float, dict[Any, tuple[int, int]]]] = {}
@@ -345,7 +346,7 @@ class QueueActorBase:
         peers when it did, at most every ``WORK_ANNOUNCE_S`` (the latest state goes out)."""
         if not self._peers or self._announcer is not None:
             return
-        if (self._core.ready_count > 0) is self._announced:
+        if self._has_work_for_others() is self._announced:
             return
         self._announcer = asyncio.get_running_loop().create_task(self._announce_work())
 
@@ -354,7 +355,7 @@ class QueueActorBase:
             wait = self._announced_at + WORK_ANNOUNCE_S - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
-            has = self._core.ready_count > 0
+            has = self._has_work_for_others()
             if has is self._announced:
                 return
             self._announced, self._announced_at = has, time.monotonic()
@@ -362,8 +363,14 @@ class QueueActorBase:
             await self._tell_peers("work_at", self.index, has, self._announcements)
         finally:
             self._announcer = None
-        if (self._core.ready_count > 0) is not self._announced and not self._closed:
+        if self._has_work_for_others() is not self._announced and not self._closed:
             self._work_changed()  # it changed again meanwhile
+
+    def _has_work_for_others(self) -> bool:
+        """Ready messages that no call waiting here will take: while this queue's own
+        consumers wait on it, a put is theirs, and waking every idle consumer of the pool
+        for it would only make them race for one message."""
+        return self._core.ready_count > 0 and not self._getters
 
     async def peer_counts(self, index: int, counts: dict[Any, tuple[int, int]]) -> None:
         """Queue ``index`` of the pool has these ready messages and running batches per type."""
@@ -643,10 +650,15 @@ class QueueActorBase:
             if remaining <= 0 or self._closed:
                 return None
             assert self._ready_event is not None
+            self._getters += 1
             try:
                 await asyncio.wait_for(self._ready_event.wait(), remaining)
             except asyncio.TimeoutError:
                 return None
+            finally:
+                self._getters -= 1
+                if not self._getters:
+                    self._work_changed()  # work nobody here now waits for is for the others
 
     def _persist_lease(self, lease: Lease, now: float) -> None:
         """Persist a new lease; if storage refuses, give its messages back and raise.
