@@ -55,6 +55,9 @@ TOKENS_KEPT = 10_000
 #: How often a queue with work reports its load to the scheduler (for ``adapt()``).
 LOAD_REPORT_S = 1.0
 
+#: What a queue has told its peers before it told them anything (equal to no priority).
+_UNTOLD = object()
+
 #: At most this often a queue tells its peers that it now has ready messages, or has none.
 WORK_ANNOUNCE_S = 0.02
 
@@ -141,8 +144,9 @@ class QueueActorBase:
         # Work announcements: which peers said they have ready messages (what a consumer's
         # long poll of its home queue hears about, instead of asking every queue in turn),
         # and what this queue last told them.
-        self._work_at: dict[int, int] = {}  # peer index -> the number of its announcement
-        self._announced: bool | None = None
+        # peer index -> (the number of its announcement, its top ready priority)
+        self._work_at: dict[int, tuple[int, int]] = {}
+        self._announced: Any = _UNTOLD  # the top priority last told the peers (None: no work)
         self._announcements = 0
         self._getters = 0  # calls waiting in get_batch: this queue's own idle consumers
         self._announcer: asyncio.Task[None] | None = None
@@ -326,16 +330,17 @@ class QueueActorBase:
 
         self._peers = {i: _bind_local(worker_handle(r)) for i, r in enumerate(refs) if i != self.index}
         self._work_at = {i: v for i, v in self._work_at.items() if i in self._peers}
-        self._announced = None
+        self._announced = _UNTOLD  # tell them the current state afresh
         if self._ready_event is not None:
             self._work_changed()
 
-    async def work_at(self, index: int, has_work: bool, number: int = 0) -> None:
-        """Queue ``index`` of the pool has ready messages now (or has none left), said in
-        its announcement ``number`` (a consumer that found the queue empty after all
-        ignores that announcement, not the next one)."""
-        if has_work:
-            self._work_at[index] = number
+    async def work_at(self, index: int, top_priority: int | None, number: int = 0) -> None:
+        """Queue ``index`` of the pool has ready messages now, the highest of priority
+        ``top_priority`` (None: it has none left), said in its announcement ``number`` (a
+        consumer that found the queue empty after all ignores that announcement, not the
+        next one)."""
+        if top_priority is not None:
+            self._work_at[index] = (number, top_priority)
             if self._ready_event is not None:
                 self._notify_ready()  # a consumer idle on this queue may go there
         else:
@@ -346,7 +351,7 @@ class QueueActorBase:
         peers when it did, at most every ``WORK_ANNOUNCE_S`` (the latest state goes out)."""
         if not self._peers or self._announcer is not None:
             return
-        if self._has_work_for_others() is self._announced:
+        if self._work_for_others() == self._announced:
             return
         self._announcer = asyncio.get_running_loop().create_task(self._announce_work())
 
@@ -355,22 +360,22 @@ class QueueActorBase:
             wait = self._announced_at + WORK_ANNOUNCE_S - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
-            has = self._has_work_for_others()
-            if has is self._announced:
+            top = self._work_for_others()
+            if top == self._announced:
                 return
-            self._announced, self._announced_at = has, time.monotonic()
+            self._announced, self._announced_at = top, time.monotonic()
             self._announcements += 1
-            await self._tell_peers("work_at", self.index, has, self._announcements)
+            await self._tell_peers("work_at", self.index, top, self._announcements)
         finally:
             self._announcer = None
-        if self._has_work_for_others() is not self._announced and not self._closed:
+        if self._work_for_others() != self._announced and not self._closed:
             self._work_changed()  # it changed again meanwhile
 
-    def _has_work_for_others(self) -> bool:
-        """Ready messages that no call waiting here will take: while this queue's own
-        consumers wait on it, a put is theirs, and waking every idle consumer of the pool
-        for it would only make them race for one message."""
-        return self._core.ready_count > 0 and not self._getters
+    def _work_for_others(self) -> int | None:
+        """The top priority of ready messages that no call waiting here will take (None if
+        none): while this queue's own consumers wait on it, a put is theirs, and waking every
+        idle consumer of the pool for it would only make them race for one message."""
+        return None if self._getters else self._core.top_priority
 
     async def peer_counts(self, index: int, counts: dict[Any, tuple[int, int]]) -> None:
         """Queue ``index`` of the pool has these ready messages and running batches per type."""
@@ -635,6 +640,10 @@ class QueueActorBase:
             now = self._now()
             if self._gossip is not None:
                 self._count_peers()
+            if hints and self._work_at:
+                better = self._better_elsewhere(ignore)
+                if better:  # a peer has more urgent work than any here: go there first
+                    return better
             lease = self._core.get_batch(max_items, now=now, owner=owner, min_priority=min_priority, sizes=sizes)
             if lease is not None:
                 self._persist_lease(lease, now)
@@ -643,7 +652,8 @@ class QueueActorBase:
                 return self._encode(lease)
             if hints:
                 stale = set(map(tuple, ignore or ()))
-                elsewhere = sorted(w for w in self._work_at.items() if w not in stale)
+                elsewhere = [(i, n) for i, (n, _) in sorted(self._work_at.items(), key=lambda w: -w[1][1])
+                             if (i, n) not in stale]
                 if elsewhere:  # nothing here: say where there is work instead of waiting
                     return elsewhere
             remaining = deadline - now
@@ -659,6 +669,16 @@ class QueueActorBase:
                 self._getters -= 1
                 if not self._getters:
                     self._work_changed()  # work nobody here now waits for is for the others
+
+    def _better_elsewhere(self, ignore: list[Any] | None) -> list[tuple[int, int]]:
+        """Peers whose top ready priority is above this queue's (highest first): a consumer
+        takes the most urgent work it can reach, not its home queue's first."""
+        here = self._core.top_priority
+        if here is None:
+            return []
+        stale = set(map(tuple, ignore or ()))
+        better = [(top, i, n) for i, (n, top) in self._work_at.items() if top > here and (i, n) not in stale]
+        return [(i, n) for _, i, n in sorted(better, reverse=True)]
 
     def _persist_lease(self, lease: Lease, now: float) -> None:
         """Persist a new lease; if storage refuses, give its messages back and raise.

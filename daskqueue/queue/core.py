@@ -271,6 +271,11 @@ class QueueCore:
     # -- get ------------------------------------------------------------------------------
 
     @property
+    def top_priority(self) -> int | None:
+        """The highest priority among ready messages (None when none is ready)."""
+        return self._priorities[0] if self._n.ready else None
+
+    @property
     def ready_count(self) -> int:
         """Ready messages now (delayed ones that fell due count once promoted)."""
         return self._n.ready

@@ -119,3 +119,22 @@ def test_keys_must_be_one_str_per_message(pools):
         qp.put_many([1, 2], keys=["a"])
     with pytest.raises(ConfigurationError, match="key 1 must be a str"):
         qp.put_many([1, 2], keys=["a", 3])
+
+
+def test_a_consumer_takes_more_urgent_work_from_another_queue_before_its_home_queues(pools):
+    import time
+
+    qp = pools.queue(2)
+    cp = pools.consumer(qp, n_consumers=1, batch_size=1, prefetch_batches=0)
+    cp.start()
+    low = qp.batch_submit([(tasks.timed_sleep, i, 0.02) for i in range(60)])  # 30 per queue
+    time.sleep(0.2)
+    submitted = time.time()
+    urgent = [qp.submit(tasks.timed_sleep, f"u{i}", 0.0, dq_priority=5) for i in range(4)]  # 2 per queue
+    cp.join(timeout=60)
+    results = cp.results()
+    urgent_starts = [results[i][1] for i in urgent]
+    low_after = sorted(results[i][1] for i in low if results[i][1] > submitted)
+    # Every urgent task started before the low tasks still waiting, on both queues; with
+    # home-queue-first it would wait for its home's 30 x 20 ms.
+    assert max(urgent_starts) < low_after[4], (urgent_starts, low_after[:6])
