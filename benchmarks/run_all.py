@@ -17,14 +17,22 @@ from typing import Any
 
 from benchmarks import common
 
-BENCHMARKS = ["noop", "submit", "mixed", "latency", "memory", "idle", "direct", "durable"]
+BENCHMARKS = ["noop", "submit", "mixed", "latency", "memory", "idle", "direct", "durable", "failover", "churn",
+              "fairness", "routing", "urgent", "burst"]
 QUICK_ARGS = {
     "noop": ["--tasks", "50000", "--baseline-tasks", "2000"],
     "submit": ["--tasks", "100000"],
     "mixed": ["--tasks", "2000"],
     "latency": ["--n", "50"],
     "memory": ["--messages", "100000", "--dask-tasks", "5000"],
-    "idle": ["--seconds", "3"],
+    "idle": ["--seconds", "3", "--grid", "1x4,4x8", "--probes", "10"],
+    "failover": ["--messages", "20000"],
+    "churn": ["--tasks", "5000", "--rounds", "1", "--adapt-tasks", "1000", "--messages", "20000"],
+    "fairness": ["--bulk", "1000", "--interactive", "50", "--cap-tasks", "50", "--tput-tasks", "300",
+                 "--rounds", "1"],
+    "routing": ["--keys", "10000"],
+    "urgent": ["--n", "30", "--long", "12", "--long-ms", "200", "--rounds", "1"],
+    "burst": ["--tasks", "100000", "--lead-s", "4", "--rounds", "1"],
     "direct": ["--rounds", "2", "--n", "30", "--map-tasks", "50000"],
     "durable": ["--put-mib", "16", "--e2e-tasks", "20000", "--repeat", "1", "--reopen-messages", "200000",
                 "--reopen-single", "10000"],

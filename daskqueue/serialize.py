@@ -15,6 +15,7 @@ import functools
 import hashlib
 import itertools
 import pickle
+import time
 from array import array
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
@@ -166,14 +167,22 @@ class Group:
     count: int
     offsets: bytes
     data: bytes
+    #: A due time in seconds since the epoch (``eta=``), or 0: then ``delay_s`` counts from
+    #: the put's arrival. Absolute, so that every put of one call falls due at one instant
+    #: however long the call takes to send.
+    due_epoch: float = 0.0
 
     def meta(self) -> ChunkMeta:
         return ChunkMeta(self.kind, self.digest, self.type, self.key)
 
+    def delay_now(self) -> float:
+        """Seconds from now until these messages are due (0: ready now)."""
+        return max(0.0, self.due_epoch - time.time()) if self.due_epoch else self.delay_s
+
 
 def encode_put(groups: Iterable[Group], funcs: dict[bytes, bytes]) -> bytes:
     flat = [
-        (g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, g.count, g.offsets, g.data)
+        (g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, g.count, g.offsets, g.data, g.due_epoch)
         for g in groups
     ]
     return pickle.dumps((funcs, flat), PROTOCOL)

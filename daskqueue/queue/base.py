@@ -590,7 +590,7 @@ class QueueActorBase:
                     g.count, priority=g.priority, payload=ChunkPayload(offsets, g.data), meta=g.meta(),
                     type=g.type, key=g.key,
                 )
-                chunks.append((chunk, g.delay_s))
+                chunks.append((chunk, g.delay_now()))
                 first = chunk.base_seq if first is None else first
             ranges.append((first, group.count))
         new_funcs = {d: b for d, b in funcs.items() if d not in self._funcs}

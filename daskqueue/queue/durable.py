@@ -219,7 +219,7 @@ class DurableQueue(QueueActorBase):
                     stop += 1
                 sub = array("I", (o - offs[start] for o in offs[start : stop + 1]))
                 out.append(Group(g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, stop - start,
-                                 sub.tobytes(), g.data[offs[start] : offs[stop]]))
+                                 sub.tobytes(), g.data[offs[start] : offs[stop]], g.due_epoch))
                 start = stop
         return out
 

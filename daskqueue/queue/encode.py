@@ -45,10 +45,12 @@ class PutOptions:
     priority: int = 0
     key: str | None = None
     delay_s: float = 0.0
+    due_epoch: float = 0.0  # eta=: seconds since the epoch (then delay_s is 0)
 
     def group(self, kind: int, digest: bytes | None, count: int, offsets: bytes, data: bytes) -> Group:
         """A put group of ``count`` packed messages with these options."""
-        return Group(kind, digest, self.type, self.priority, self.key, self.delay_s, count, offsets, data)
+        return Group(kind, digest, self.type, self.priority, self.key, self.delay_s, count, offsets, data,
+                     self.due_epoch)
 
 
 class PutBatch(NamedTuple):
@@ -257,7 +259,7 @@ def _encode_keyed_chunk(chunk: list[int], keys: Sequence[str | None], payload_of
     groups, positions = [], []
     for (key, kind, digest), (group_positions, payloads) in by_group.items():
         offsets, data = pack(payloads, group_positions, limit=limit, what=what)
-        groups.append(PutOptions(options.type, options.priority, key, options.delay_s).group(
+        groups.append(PutOptions(options.type, options.priority, key, options.delay_s, options.due_epoch).group(
             kind, digest, len(group_positions), offsets, data))
         positions.append(group_positions)
     return PutBatch(groups, funcs, positions)

@@ -490,12 +490,13 @@ class QueuePool:
         # Durable queues store the priority in 32 bits.
         check_number("priority", priority, integer=True, at_least=-(2**31), at_most=2**31 - 1)
         check_number("delay_s", delay_s, at_least=0)
+        due_epoch = 0.0
         if eta is not None:
             if delay_s:
                 raise ConfigurationError("give delay_s or eta, not both")
-            delay_s = max(0.0, eta_epoch_s(eta) - time.time())
+            due_epoch = eta_epoch_s(eta)
         return PutOptions(check_optional_str("type", type), priority, check_optional_str("key", key),
-                          float(delay_s))
+                          float(delay_s), due_epoch)
 
     def _encoding(self, n: int, options: PutOptions) -> dict[str, int]:
         """The chunk size and message size limit of a submission of ``n`` messages (the
