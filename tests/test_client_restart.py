@@ -23,6 +23,10 @@ CLIENT = textwrap.dedent("""
     from tests import tasks
 
     client = Client(sys.argv[1])
+    if sys.argv[3] == "idle":  # a pool that never got a call: its queue must close all the same
+        QueuePool(client, 1, durability="durable", dirpath=sys.argv[2])
+        print("", flush=True)
+        time.sleep(120)
     qp = QueuePool(client, 2, durability="durable", dirpath=sys.argv[2])
     cp = ConsumerPool(client, qp)
     cp.start()
@@ -44,7 +48,7 @@ def test_a_new_client_reopens_a_durable_pool_whose_client_was_killed_and_gets_ev
             Client(cluster) as client:
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         first = subprocess.Popen(
-            [sys.executable, "-c", CLIENT, cluster.scheduler_address, str(tmp_path / "pool")],
+            [sys.executable, "-c", CLIENT, cluster.scheduler_address, str(tmp_path / "pool"), "busy"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
         )
         try:
@@ -67,4 +71,25 @@ def test_a_new_client_reopens_a_durable_pool_whose_client_was_killed_and_gets_ev
         assert sorted(results[i] for i in ids) == list(range(2000))
         assert cp.failures() == {}
         cp.close()
+        qp.close()
+
+
+def test_a_pool_that_never_got_a_call_lets_go_of_its_directory_when_its_client_dies(tmp_path):
+    import time
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        first = subprocess.Popen(
+            [sys.executable, "-c", CLIENT, cluster.scheduler_address, str(tmp_path / "pool"), "idle"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            first.stdout.readline()
+        finally:
+            first.kill()
+            first.wait(timeout=30)
+        started = time.monotonic()
+        qp = QueuePool(client, 1, durability="durable", dirpath=tmp_path / "pool")
+        assert time.monotonic() - started < 15  # not StoreLockedError after the 8 s wait
         qp.close()

@@ -328,11 +328,15 @@ class QueueActorBase:
         from daskqueue.consumer.base import _bind_local
         from daskqueue.queue.handles import worker_handle
 
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        # Starts the sweeper too: it closes this actor if its pool's client dies before any
+        # other call came (a durable queue would keep its directory locked otherwise).
+        self._start()
         self._peers = {i: _bind_local(worker_handle(r)) for i, r in enumerate(refs) if i != self.index}
         self._work_at = {i: v for i, v in self._work_at.items() if i in self._peers}
         self._announced = _UNTOLD  # tell them the current state afresh
-        if self._ready_event is not None:
-            self._work_changed()
+        self._work_changed()
 
     async def work_at(self, index: int, top_priority: int | None, number: int = 0) -> None:
         """Queue ``index`` of the pool has ready messages now, the highest of priority

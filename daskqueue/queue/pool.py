@@ -842,9 +842,8 @@ class QueuePool:
     def _share_peers(self) -> None:
         """Tell every queue where the others are (they announce to each other when they
         have work) and, in a typed pool, the consumer pools' slots: at start, and after a
-        queue moved (its successor starts knowing nothing)."""
-        if self.n_queues == 1:
-            return
+        queue moved (its successor starts knowing nothing). Every queue gets it, a pool's
+        only one too: the call starts its housekeeping."""
         refs = [queue_ref(h) for h in self.queues]
         live = [(f"queue {i}", h) for i, h in enumerate(self.queues) if i not in self._lost and i not in self._moving]
         failed = call_all(live, "set_peers", refs, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
