@@ -157,6 +157,8 @@ class ConsumerBase:
         self._hints: list[tuple[int, int]] = []  # (queue, announcement) the home queue last said have work
         # Announcements found stale (the queue was empty after all), ignored until then.
         self._stale: dict[tuple[int, int], float] = {}
+        self._hints_reserved: list[tuple[int, int]] = []  # the same, for the reserved slots
+        self._stale_reserved: dict[tuple[int, int], float] = {}
         self._reserved_executor: ThreadPoolExecutor | None = None
         self._reserved_idle = False
         self._prefetch = prefetch_batches
@@ -437,6 +439,11 @@ class ConsumerBase:
             task.add_done_callback(self._finishing.discard)
 
     async def _fetch_urgent(self) -> Batch | None:
+        """A reserved slot's fetch: one message of priority >= ``reserved_priority``, from
+        where the home queue last said urgent work is, else from a long poll of home (which
+        answers at once with peers that announced urgent work)."""
+        if len(self._queues) > 1 and not self._is_down(0):
+            return await self._fetch_hinted(1, None, min_priority=self.reserved_priority)
         first = 1 if self._reserved_idle else 0
         for slot in range(first, len(self._queues)):
             blob = await self._get_from(slot, 1, 0.0, self.reserved_priority)
@@ -497,27 +504,39 @@ class ConsumerBase:
             self._type_sizes.clear()
         return None if blob is None else await self._decode(0, blob)
 
-    async def _fetch_hinted(self, n: int, sizes: dict[str | None, int] | None) -> Batch | None:
+    async def _fetch_hinted(self, n: int, sizes: dict[str | None, int] | None,
+                            min_priority: int | None = None) -> Batch | None:
+        """The general slots' fetch (``min_priority`` None) or a reserved slot's: each keeps
+        its own hints and stale announcements."""
+        reserved = min_priority is not None
+        hints_of, stale = ("_hints_reserved", self._stale_reserved) if reserved else ("_hints", self._stale)
         now = time.monotonic()
-        hints, self._hints = self._hints, []
+        hints = getattr(self, hints_of)
+        setattr(self, hints_of, [])
         for index, number in hints:
             slot = (index - self._home) % len(self._queues)
-            if slot == 0 or self._is_down(slot):
+            if slot == 0:
                 continue
-            blob = await self._get_from(slot, n, 0.0, sizes=sizes)
+            if self._is_down(slot):  # not until it is back: the home queue would say it again at once
+                stale[(index, number)] = self._queue_down_until[slot]
+                continue
+            blob = await self._get_from(slot, n, 0.0, min_priority, sizes=sizes)
             if blob is not None:
-                return await self._decode(slot, blob)
+                return await self._decode(slot, blob, reserved=reserved)
             # Drained by another consumer since: ignore this announcement (not the queue's
             # next one) for a poll interval, in case its "no work" never comes.
-            self._stale[(index, number)] = now + self._idle_poll_s
+            stale[(index, number)] = now + self._idle_poll_s
             if self._stop_requested:
                 return None
-        self._stale = {w: until for w, until in self._stale.items() if until > now}
-        ignore = list(self._stale)
-        answer = await self._get_from(0, n, self._idle_poll_s, sizes=sizes, hints=True, ignore=ignore)
+        for w in [w for w, until in stale.items() if until <= now]:
+            del stale[w]
+        answer = await self._get_from(0, n, self._idle_poll_s, min_priority, sizes=sizes, hints=True,
+                                      ignore=list(stale))
         if isinstance(answer, list):
-            self._hints = answer
+            setattr(self, hints_of, answer)
             return None
+        if reserved:
+            return None if answer is None else await self._decode(0, answer, reserved=True)
         if answer is None and self._fixed_batch is None:
             # Idle: the next work may be of another kind; learn its duration afresh.
             self._batch_size = defaults.INITIAL_BATCH_SIZE

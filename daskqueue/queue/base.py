@@ -146,6 +146,8 @@ class QueueActorBase:
         # and what this queue last told them.
         # peer index -> (the number of its announcement, its top ready priority)
         self._work_at: dict[int, tuple[int, int]] = {}
+        self._heard: dict[int, int] = {}  # peer index -> the number of its latest announcement
+        self._went_empty = False
         self._announced: Any = _UNTOLD  # the top priority last told the peers (None: no work)
         self._announcements = 0
         self._getters = 0  # calls waiting in get_batch: this queue's own idle consumers
@@ -343,6 +345,9 @@ class QueueActorBase:
         ``top_priority`` (None: it has none left), said in its announcement ``number`` (a
         consumer that found the queue empty after all ignores that announcement, not the
         next one)."""
+        if number and number < self._heard.get(index, 0):
+            return  # an older announcement arriving late
+        self._heard[index] = number
         if top_priority is not None:
             self._work_at[index] = (number, top_priority)
             if self._ready_event is not None:
@@ -353,11 +358,18 @@ class QueueActorBase:
     def _work_changed(self) -> None:
         """After anything that may change whether this queue has ready messages: tell the
         peers when it did, at most every ``WORK_ANNOUNCE_S`` (the latest state goes out)."""
-        if not self._peers or self._announcer is not None:
+        if not self._peers or self._closed:
             return
-        if self._work_for_others() == self._announced:
+        top = self._work_for_others()
+        if top is None and self._announced not in (None, _UNTOLD):
+            self._went_empty = True  # work told of is gone: new work needs a new announcement
+        if self._announcer is not None or not self._news(top):
             return
         self._announcer = asyncio.get_running_loop().create_task(self._announce_work())
+
+    def _news(self, top: int | None) -> bool:
+        """Whether ``top`` is not what the peers were told, or is new work since then."""
+        return top != self._announced or (top is not None and self._went_empty)
 
     async def _announce_work(self) -> None:
         try:
@@ -365,14 +377,14 @@ class QueueActorBase:
             if wait > 0:
                 await asyncio.sleep(wait)
             top = self._work_for_others()
-            if top == self._announced:
+            if not self._news(top):
                 return
-            self._announced, self._announced_at = top, time.monotonic()
+            self._announced, self._announced_at, self._went_empty = top, time.monotonic(), False
             self._announcements += 1
             await self._tell_peers("work_at", self.index, top, self._announcements)
         finally:
             self._announcer = None
-        if self._work_for_others() != self._announced and not self._closed:
+        if self._news(self._work_for_others()) and not self._closed:
             self._work_changed()  # it changed again meanwhile
 
     def _work_for_others(self) -> int | None:
@@ -425,7 +437,7 @@ class QueueActorBase:
         for call in pending:
             call.cancel()
         for call in done:
-            if call.exception() is not None:
+            if not call.cancelled() and call.exception() is not None:
                 logger.debug("queue %d: a peer did not take %s: %s", self.index, method, call.exception())
 
     # -- handing the queue to a successor (graceful retirement of its worker) -----------------
@@ -645,7 +657,7 @@ class QueueActorBase:
             if self._gossip is not None:
                 self._count_peers()
             if hints and self._work_at:
-                better = self._better_elsewhere(ignore)
+                better = self._better_elsewhere(ignore, min_priority)
                 if better:  # a peer has more urgent work than any here: go there first
                     return better
             lease = self._core.get_batch(max_items, now=now, owner=owner, min_priority=min_priority, sizes=sizes)
@@ -656,32 +668,36 @@ class QueueActorBase:
                 return self._encode(lease)
             if hints:
                 stale = set(map(tuple, ignore or ()))
-                elsewhere = [(i, n) for i, (n, _) in sorted(self._work_at.items(), key=lambda w: -w[1][1])
-                             if (i, n) not in stale]
+                elsewhere = [(i, n) for i, (n, top) in sorted(self._work_at.items(), key=lambda w: -w[1][1])
+                             if (i, n) not in stale and (min_priority is None or top >= min_priority)]
                 if elsewhere:  # nothing here: say where there is work instead of waiting
                     return elsewhere
             remaining = deadline - now
             if remaining <= 0 or self._closed:
                 return None
             assert self._ready_event is not None
-            self._getters += 1
+            # A getter that takes anything counts; a reserved slot's (min_priority) does not:
+            # it would leave ordinary work to wait here while other consumers idle.
+            counted = min_priority is None
+            self._getters += counted
             try:
                 await asyncio.wait_for(self._ready_event.wait(), remaining)
             except asyncio.TimeoutError:
                 return None
             finally:
-                self._getters -= 1
-                if not self._getters:
+                self._getters -= counted
+                if counted and not self._getters:
                     self._work_changed()  # work nobody here now waits for is for the others
 
-    def _better_elsewhere(self, ignore: list[Any] | None) -> list[tuple[int, int]]:
+    def _better_elsewhere(self, ignore: list[Any] | None, min_priority: int | None = None) -> list[tuple[int, int]]:
         """Peers whose top ready priority is above this queue's (highest first): a consumer
         takes the most urgent work it can reach, not its home queue's first."""
         here = self._core.top_priority
         if here is None:
             return []
         stale = set(map(tuple, ignore or ()))
-        better = [(top, i, n) for i, (n, top) in self._work_at.items() if top > here and (i, n) not in stale]
+        floor = here if min_priority is None else max(here, min_priority - 1)
+        better = [(top, i, n) for i, (n, top) in self._work_at.items() if top > floor and (i, n) not in stale]
         return [(i, n) for _, i, n in sorted(better, reverse=True)]
 
     def _persist_lease(self, lease: Lease, now: float) -> None:
@@ -710,6 +726,8 @@ class QueueActorBase:
             if getattr(p, "_address", None) in addresses:
                 self._work_at.pop(i, None)
         n = self._core.take_back(frozenset(addresses), error, now=now)
+        if n and self._core.keyed_ready:
+            self._notify_ready()  # a key freed by a dead-letter may let its next message go
         if n:
             logger.warning("queue %d: %d leased messages taken back from consumers on lost "
                            "workers %s", self.index, n, addresses)
@@ -763,7 +781,8 @@ class QueueActorBase:
         """Wake the sweeper for retries, getters for released messages, outcome waiters."""
         if s.n_retried:
             self._reschedule()
-        if s.n_released or self._gossip is not None:  # typed: a running slot was freed
+        # Typed: a running slot was freed; keyed: a key may be free for its next message.
+        if s.n_released or self._gossip is not None or self._core.keyed_ready:
             self._notify_ready()
         self._notify_outcomes()
 

@@ -276,6 +276,11 @@ class QueueCore:
         return self._priorities[0] if self._n.ready else None
 
     @property
+    def keyed_ready(self) -> int:
+        """Ready messages with a key (some may wait for their key to be free)."""
+        return self._keyed_ready
+
+    @property
     def ready_count(self) -> int:
         """Ready messages now (delayed ones that fell due count once promoted)."""
         return self._n.ready

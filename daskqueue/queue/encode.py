@@ -241,7 +241,10 @@ def encode_keyed(
 
 def _encode_keyed_chunk(chunk: list[int], keys: Sequence[str | None], payload_of: Callable[[int], tuple[int, Any, Any]],
                         functions: dict[Any, PickledFunction], options: PutOptions, limit: int, what: str) -> PutBatch:
-    by_group: dict[tuple[str | None, int, bytes | None], tuple[list[int], list[Any]]] = {}
+    # One group per run of a key's messages with one kind and function: a key whose messages
+    # alternate functions gets several groups, made (and so stored) in its put order.
+    by_group: dict[tuple[str | None, int, bytes | None, int], tuple[list[int], list[Any]]] = {}
+    last: dict[str | None, tuple[int, bytes | None, int]] = {}  # key -> (kind, digest, run)
     funcs: dict[bytes, bytes] = {}
     for i in chunk:
         kind, func, payload = payload_of(i)
@@ -253,11 +256,14 @@ def _encode_keyed_chunk(chunk: list[int], keys: Sequence[str | None], payload_of
                 pickled = functions[fkey] = pickle_function(func, index=i)
             funcs[pickled.digest] = pickled.data
             digest = pickled.digest
-        group_positions, payloads = by_group.setdefault((keys[i], kind, digest), ([], []))
+        prev = last.get(keys[i])
+        run = prev[2] if prev is not None and prev[:2] == (kind, digest) else (prev[2] + 1 if prev else 0)
+        last[keys[i]] = (kind, digest, run)
+        group_positions, payloads = by_group.setdefault((keys[i], kind, digest, run), ([], []))
         group_positions.append(i)
         payloads.append(payload)
     groups, positions = [], []
-    for (key, kind, digest), (group_positions, payloads) in by_group.items():
+    for (key, kind, digest, _), (group_positions, payloads) in by_group.items():
         offsets, data = pack(payloads, group_positions, limit=limit, what=what)
         groups.append(PutOptions(options.type, options.priority, key, options.delay_s, options.due_epoch).group(
             kind, digest, len(group_positions), offsets, data))

@@ -490,6 +490,9 @@ class QueuePool:
         # Durable queues store the priority in 32 bits.
         check_number("priority", priority, integer=True, at_least=-(2**31), at_most=2**31 - 1)
         check_number("delay_s", delay_s, at_least=0)
+        if key is not None and self._type_ring is not None:
+            raise ConfigurationError(f"key= routes messages by key; a {self.config.scheduler!r} pool routes "
+                                     "them by type: use keys in a 'fifo' pool")
         due_epoch = 0.0
         if eta is not None:
             if delay_s:
@@ -535,8 +538,10 @@ class QueuePool:
 
     def _route(self, options: PutOptions) -> int | None:
         """The queue every message of a submission goes to (a typed pool's queue for its
-        type), or None: round-robin."""
-        return None if self._type_ring is None else self._type_ring.node(options.type)
+        type; a key's queue when all of them have one ``key=``), or None: round-robin."""
+        if self._type_ring is not None:
+            return self._type_ring.node(options.type)
+        return None if options.key is None else self._key_ring.node(options.key)
 
     def _send(self, batches: list[PutBatch], *, n: int = 0, claim: MapClaim | None = None,
               queue: int | None = None, queues: list[int] | None = None) -> list[int]:

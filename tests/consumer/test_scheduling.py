@@ -138,3 +138,18 @@ def test_a_consumer_takes_more_urgent_work_from_another_queue_before_its_home_qu
     # Every urgent task started before the low tasks still waiting, on both queues; with
     # home-queue-first it would wait for its home's 30 x 20 ms.
     assert max(urgent_starts) < low_after[4], (urgent_starts, low_after[:6])
+
+
+def test_a_keys_next_message_starts_as_soon_as_the_previous_is_settled(pools):
+    import time
+
+    qp = pools.queue(1)
+    cp = pools.consumer(qp, n_consumers=1, idle_poll_s=2.0)
+    cp.start()
+    started = time.monotonic()
+    ids = qp.batch_submit([(tasks.double, i) for i in range(20)], keys=["one"] * 20)
+    cp.join(timeout=60)
+    # 20 serial messages: a settle that frees the key wakes the waiting fetch at once,
+    # rather than after the 2 s long poll (40 s in all).
+    assert time.monotonic() - started < 10
+    assert [cp.results()[i] for i in ids] == [2 * i for i in range(20)]

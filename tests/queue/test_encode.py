@@ -111,3 +111,14 @@ def test_tasks_that_are_not_tuples_are_invalid_naming_the_first():
     assert calls_from_tasks([(tasks.add, 1, 2)]) == [(tasks.add, (1, 2), None)]
     with pytest.raises(InvalidTaskError, match="task 1"):
         calls_from_tasks([(tasks.add, 1), (), 7])
+
+
+def test_a_keys_messages_keep_put_order_when_their_functions_alternate():
+    from daskqueue.queue.encode import PutOptions, encode_keyed
+
+    calls = [(len, ("a",)), (str, (1,)), (len, ("bb",))]
+    batches = encode_keyed(["d", "d", "d"], lambda k: 0, lambda i: (Kind.CALL, calls[i][0], calls[i][1]),
+                           PutOptions(), size=100, limit=1 << 20, what="arguments")
+    (queue, batch), = batches
+    assert queue == 0
+    assert [list(p) for p in batch.positions] == [[0], [1], [2]]  # three runs, in put order
