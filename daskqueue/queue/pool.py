@@ -111,6 +111,21 @@ def _call_payload(call: tuple[Any, ...]) -> tuple[int, Any, Any]:
     return (Kind.CALL_KW, func, (args, kwargs)) if kwargs else (Kind.CALL, func, args)
 
 
+def _waves(keyed: list[tuple[int, PutBatch]]) -> list[list[tuple[int, PutBatch]]]:
+    """Keyed batches in waves of at most one per queue, in order: a wave's puts go out at
+    once, a queue's next batch only once its previous one was answered, so a key's later
+    messages never get lower sequence numbers than its earlier ones."""
+    waves: list[list[tuple[int, PutBatch]]] = []
+    sent: dict[int, int] = {}
+    for q, batch in keyed:
+        k = sent.get(q, 0)
+        sent[q] = k + 1
+        if k == len(waves):
+            waves.append([])
+        waves[k].append((q, batch))
+    return waves
+
+
 def _consecutive_runs(first_seq: int, positions: Sequence[int]) -> list[tuple[int, int, int]]:
     """``(first seq, count, first position)`` of each run of consecutive input positions of a
     put group whose messages got the seqs from ``first_seq`` on."""
@@ -408,7 +423,8 @@ class QueuePool:
         bar = _progress_bar(claim.n) if progress else None
         try:
             if keyed is not None:
-                self._send([b for _, b in keyed], claim=claim, queues=[q for q, _ in keyed])
+                for wave in _waves(keyed):
+                    self._send([b for _, b in wave], claim=claim, queues=[q for q, _ in wave])
             else:
                 self._send(batches, claim=claim, queue=self._route(options))
             deadline = None if timeout_s is None else started + timeout_s
@@ -533,8 +549,10 @@ class QueuePool:
     def _send_keyed(self, options: PutOptions, keys: list[str], payload_of: Callable[[int], Any],
                     what: str) -> list[int]:
         """Encode messages by key (each to its key's queue on the ring) and send them."""
-        keyed = self._keyed_batches(options, keys, payload_of, what)
-        return self._send([b for _, b in keyed], n=len(keys), queues=[q for q, _ in keyed])
+        ids = [0] * len(keys)
+        for wave in _waves(self._keyed_batches(options, keys, payload_of, what)):
+            self._send([b for _, b in wave], n=len(keys), queues=[q for q, _ in wave], into=ids)
+        return ids
 
     def _route(self, options: PutOptions) -> int | None:
         """The queue every message of a submission goes to (a typed pool's queue for its
@@ -544,7 +562,7 @@ class QueuePool:
         return None if options.key is None else self._key_ring.node(options.key)
 
     def _send(self, batches: list[PutBatch], *, n: int = 0, claim: MapClaim | None = None,
-              queue: int | None = None, queues: list[int] | None = None) -> list[int]:
+              queue: int | None = None, queues: list[int] | None = None, into: list[int] | None = None) -> list[int]:
         """Send every encoded batch (all encoded before any is sent), round-robin (or all to
         ``queue``, or batch ``i`` to ``queues[i]``), concurrently; return the ids of the ``n``
         messages by input position (with ``claim``, route their results to it instead and
@@ -559,7 +577,7 @@ class QueuePool:
             extra = {d: b for d, b in funcs.items() if d not in self._sent_funcs[q]}
             blob, token = encode_put(groups, extra), os.urandom(TOKEN_SIZE)
             sends.append((q, groups, positions, blob, token, self._call(q, "put_batch", blob, token)))
-        ids = [0] * n
+        ids = [0] * n if into is None else into
         for q, groups, positions, blob, token, future in sends:
             allocated = self._put_answer(q, future, blob, token)
             self._put_counts[q] += sum(g.count for g in groups)

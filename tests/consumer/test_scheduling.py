@@ -153,3 +153,13 @@ def test_a_keys_next_message_starts_as_soon_as_the_previous_is_settled(pools):
     # rather than after the 2 s long poll (40 s in all).
     assert time.monotonic() - started < 10
     assert [cp.results()[i] for i in ids] == [2 * i for i in range(20)]
+
+
+def test_a_key_with_more_messages_than_one_put_keeps_its_order(pools):
+    qp = pools.queue(1, put_batch_size=50)
+    cp = pools.consumer(qp, n_consumers=1)
+    cp.start()
+    ids = qp.batch_submit([(tasks.double, i) for i in range(300)], keys=["k"] * 300)  # 6 puts
+    assert ids == sorted(ids)  # later messages of the key got later sequence numbers
+    cp.join(timeout=60)
+    assert [cp.results()[i] for i in ids] == [2 * i for i in range(300)]
