@@ -38,6 +38,19 @@ CLIENT = textwrap.dedent("""
 """)
 
 
+def _client_killed_after_its_first_line(cluster, dirpath, mode: str) -> str:
+    """Run the client script (``mode`` "busy" or "idle") until it prints its first line,
+    then SIGKILL it, as a restarted kernel or preemption would; return that line."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    first = subprocess.Popen([sys.executable, "-c", CLIENT, cluster.scheduler_address, str(dirpath), mode],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        return first.stdout.readline()
+    finally:
+        first.kill()
+        first.wait(timeout=30)
+
+
 def _consumer_threads(client):
     names = client.run(lambda: [t.name for t in threading.enumerate()])
     return [n for ns in names.values() for n in ns if n.startswith("daskqueue-consumer")]
@@ -46,16 +59,7 @@ def _consumer_threads(client):
 def test_a_new_client_reopens_a_durable_pool_whose_client_was_killed_and_gets_every_result(tmp_path):
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \
             Client(cluster) as client:
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        first = subprocess.Popen(
-            [sys.executable, "-c", CLIENT, cluster.scheduler_address, str(tmp_path / "pool"), "busy"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
-        )
-        try:
-            ids = [int(i) for i in first.stdout.readline().split()]
-        finally:
-            first.kill()
-            first.wait(timeout=30)
+        ids = [int(i) for i in _client_killed_after_its_first_line(cluster, tmp_path / "pool", "busy").split()]
         assert len(ids) == 2000
 
         # The old pool's actors close themselves once their worker releases them: their
@@ -79,16 +83,7 @@ def test_a_pool_that_never_got_a_call_lets_go_of_its_directory_when_its_client_d
 
     with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster, \
             Client(cluster) as client:
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        first = subprocess.Popen(
-            [sys.executable, "-c", CLIENT, cluster.scheduler_address, str(tmp_path / "pool"), "idle"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
-        )
-        try:
-            first.stdout.readline()
-        finally:
-            first.kill()
-            first.wait(timeout=30)
+        _client_killed_after_its_first_line(cluster, tmp_path / "pool", "idle")
         started = time.monotonic()
         qp = QueuePool(client, 1, durability="durable", dirpath=tmp_path / "pool")
         assert time.monotonic() - started < 15  # not StoreLockedError after the 8 s wait
