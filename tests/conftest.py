@@ -25,6 +25,24 @@ def client(cluster):
 
 
 @pytest.fixture
+def cluster_factory():
+    """Make fresh clusters (``make(n_workers, **LocalCluster options)`` -> cluster, client)
+    for tests that kill, add or retire workers; all closed after the test."""
+    made = []
+
+    def make(n_workers, **kwargs):
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=None, **kwargs)
+        client = Client(cluster)
+        made.append((cluster, client))
+        return cluster, client
+
+    yield make
+    for cluster, client in reversed(made):
+        client.close()
+        cluster.close()
+
+
+@pytest.fixture
 def pools(client):
     """Create pools with ``pools.queue(...)`` / ``pools.consumer(...)``; closed after the test."""
     from daskqueue import ConsumerPool, QueuePool

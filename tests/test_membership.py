@@ -8,7 +8,7 @@ import os
 import time
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from daskqueue import ConsumerPool, QueuePool
 from daskqueue.membership import queue_target
@@ -32,22 +32,6 @@ def test_queue_target_sizes_the_backlog_like_dask_does():
     assert queue_target([load(2, task_s=100.0)], **size) == 2  # never more threads than messages
     assert queue_target([load(20)], **size) == 2  # unmeasured: Dask's unknown-task duration
     assert queue_target([load(3000, task_s=0.01)], **dict(size, threads_per_worker=4.0)) == 2
-
-
-@pytest.fixture
-def cluster_factory():
-    made = []
-
-    def make(n_workers, **kwargs):
-        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=None, **kwargs)
-        client = Client(cluster)
-        made.append((cluster, client))
-        return cluster, client
-
-    yield make
-    for cluster, client in reversed(made):
-        client.close()
-        cluster.close()
 
 
 def _runs(log):

@@ -9,7 +9,6 @@ import time
 from collections import Counter
 
 import pytest
-from distributed import Client, LocalCluster
 
 from daskqueue import ConsumerPool, QueuePool
 from daskqueue.errors import NoConsumersError, QueueLostError
@@ -18,23 +17,6 @@ from tests.helpers import kill_worker, wait_until
 
 #: The bound the pools promise for any public call after a worker dies.
 BOUND_S = 30.0
-
-
-@pytest.fixture
-def cluster_factory():
-    made = []
-
-    def make(n_workers):
-        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
-        client = Client(cluster)
-        made.append((cluster, client))
-        return cluster, client
-
-    yield make
-    for cluster, client in reversed(made):
-        client.close()
-        cluster.close()
 
 
 def live_consumers(cp):

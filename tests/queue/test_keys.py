@@ -3,7 +3,6 @@ releases, expiry, hand-offs and both delivery paths (FIFO and typed)."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
