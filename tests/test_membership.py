@@ -124,3 +124,27 @@ def test_dask_jobqueue_workers_reaching_their_lifetime_hand_their_queues_off():
     finally:
         client.close()
         cluster.close()
+
+
+def test_a_backlog_scales_a_dask_jobqueue_cluster_up_through_its_own_adapt():
+    jobqueue = pytest.importorskip("dask_jobqueue.local")
+    cluster = jobqueue.LocalCluster(cores=1, processes=1, memory="2GiB",
+                                    scheduler_options={"dashboard_address": None})
+    client = Client(cluster)
+    try:
+        cluster.adapt(minimum=1, maximum=2)
+        client.wait_for_workers(1, timeout=60)
+        qp = QueuePool(client, 1)
+        cp = ConsumerPool(client, qp)
+        cp.start()
+        # 30 s of work for one worker: only the queue's reported backlog can ask for a job.
+        ids = qp.batch_submit([(tasks.sleep_then, i, 0.01) for i in range(3000)])
+        wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, timeout_s=45)
+        cp.join(timeout=120)
+        results = cp.results()
+        assert [results[i] for i in ids] == list(range(3000))
+        cp.close()
+        qp.close()
+    finally:
+        client.close()
+        cluster.close()
