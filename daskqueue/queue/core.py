@@ -34,7 +34,7 @@ from daskqueue.queue.backoff import compute_backoff
 from daskqueue.queue.policy import FIFO, TypePolicy
 from daskqueue.segment.format import IndexType
 
-__all__ = ["Chunk", "Span", "Lease", "DeadLetter", "JournalEntry", "QueueCore", "CoreStats", "LEASE_EXPIRED"]
+__all__ = ["Chunk", "Span", "Lease", "DeadLetter", "JournalEntry", "QueueCore", "CoreStats", "LEASE_EXPIRED", "MOVER"]
 
 #: The error recorded for a message whose lease ran out.
 LEASE_EXPIRED = b"daskqueue.LeaseExpired\x00the lease expired before the message was settled\x00"
@@ -148,6 +148,7 @@ class CoreStats:
     total_retried: int
     total_expired: int
     total_taken_back: int
+    total_moved: int = 0  # handed to another queue of the pool (add_queues / remove_queue)
 
     @property
     def pending(self) -> int:
@@ -165,6 +166,11 @@ class _Counters:
     total_retried: int = 0
     total_expired: int = 0
     total_taken_back: int = 0
+    total_moved: int = 0
+
+
+#: The owner of the leases that hold messages on their way to another queue.
+MOVER = "daskqueue-mover"
 
 
 class QueueCore:
@@ -232,6 +238,9 @@ class QueueCore:
         # one is acked, dead-lettered or released; the key's later messages wait.
         self._key_holder: dict[str, int] = {}
         self._keyed_ready = 0  # ready messages with a key: 0 keeps the plain FIFO path
+        # Keys whose earlier messages are still in another queue (they moved here from it
+        # while one of them ran there): none of theirs runs here until they are unfenced.
+        self._fenced: set[str] = set()
         self.max_scan = policy.max_scan
 
     def _log(self, entry: JournalEntry) -> None:
@@ -345,6 +354,8 @@ class QueueCore:
         key = span.chunk.key
         if key is None:
             return True
+        if key in self._fenced:
+            return False
         holder = self._key_holder.get(key)
         return holder is None or holder == span.first_seq
 
@@ -425,6 +436,102 @@ class QueueCore:
             key = span.chunk.key
             if key is not None and (key not in self._key_holder or span.first_seq < self._key_holder[key]):
                 self._key_holder[key] = span.first_seq
+
+    # -- moving messages to another queue (queues added to or removed from a pool) --------
+
+    def fence(self, keys: list[str] | set[str]) -> None:
+        """Hold ``keys`` here until :meth:`unfence`: an earlier message of each still runs
+        in the queue they moved from."""
+        self._fenced.update(keys)
+
+    def unfence(self, keys: list[str] | set[str]) -> None:
+        """The queue ``keys`` moved from holds none of their messages any more."""
+        self._fenced.difference_update(keys)
+
+    @property
+    def fenced(self) -> set[str]:
+        return set(self._fenced)
+
+    def holds(self, span: Span) -> bool:
+        """Whether ``span``'s first message holds its key (it ran, or runs, before the rest)."""
+        key = span.chunk.key
+        return key is not None and self._key_holder.get(key) == span.first_seq
+
+    def keys_present(self, keys: set[str]) -> set[str]:
+        """Those of ``keys`` that a message here still has (held, waiting or leased)."""
+        present = {k for k in keys if k in self._key_holder}
+        for span, _ in self.live_spans():
+            if span.chunk.key in keys:
+                present.add(span.chunk.key)
+        return present
+
+    def take_moving(self, dest: Any, *, now: float) -> tuple[dict[int, Lease], dict[int, list[float]], dict[int, set[str]]]:
+        """Lease to :data:`MOVER` every waiting (ready or delayed) message whose chunk
+        ``dest(chunk)`` sends to another queue (an int; None: it stays), but a message that
+        holds its key: that one runs here first, and its key is fenced at its new queue.
+
+        Returns, per destination, the lease (its spans in put order), the seconds until each
+        span is due (0: ready), and the keys held here that the destination must fence. Each
+        lease is then :meth:`drop_moved` once the destination stored its messages, or
+        settled with ``done=0`` (released) if it did not.
+        """
+        taken: dict[int, list[tuple[Span, float]]] = {}
+        for prio in list(self._priorities):
+            dq = self._ready[prio]
+            kept: deque[Span] = deque()
+            for span in dq:
+                d = None if self.holds(span) else dest(span.chunk)
+                if d is None:
+                    kept.append(span)
+                    continue
+                taken.setdefault(d, []).append((span, 0.0))
+                self._n.ready -= span.count
+                if span.chunk.key is not None:
+                    self._keyed_ready -= span.count
+                if self._typed:
+                    t = span.chunk.type
+                    self._ready_by_type[t] -= span.count
+                    if not self._ready_by_type[t]:
+                        del self._ready_by_type[t]
+            if kept:
+                self._ready[prio] = kept
+            else:
+                del self._ready[prio]
+                self._priorities.remove(prio)
+        delayed = []
+        for entry in self._delayed:
+            not_before, _, span = entry
+            d = None if self.holds(span) else dest(span.chunk)
+            if d is None:
+                delayed.append(entry)
+                continue
+            taken.setdefault(d, []).append((span, max(0.0, not_before - now)))
+            self._n.delayed -= span.count
+        if len(delayed) != len(self._delayed):
+            heapq.heapify(delayed)
+            self._delayed = delayed
+        leases, delays, fences = {}, {}, {}
+        for d, spans in taken.items():
+            spans.sort(key=lambda sd: sd[0].first_seq)
+            for span, _ in spans:
+                self._log(JournalEntry(IndexType.LEASE, span))
+            count = sum(s.count for s, _ in spans)
+            self._n.ready += count  # _make_lease counts them out of ready
+            leases[d] = self._make_lease([s for s, _ in spans], count, now, MOVER)
+            delays[d] = [delay for _, delay in spans]
+            fences[d] = {s.chunk.key for s, _ in spans if s.chunk.key in self._key_holder}
+        return leases, delays, fences  # type: ignore[return-value]
+
+    def drop_moved(self, lease_id: int) -> int:
+        """The messages of mover lease ``lease_id`` are stored in their new queue: they
+        leave this one, with no outcome here (journalled as acks). Returns how many."""
+        lease = self._leases.pop(lease_id)
+        self._lease_ended(lease)
+        self._n.leased -= lease.count
+        self._n.total_moved += lease.count
+        for span in lease.spans:
+            self._log(JournalEntry(IndexType.ACK, span))
+        return lease.count
 
     # -- typed delivery (fair / capped) ----------------------------------------------------
 
@@ -777,7 +884,8 @@ class QueueCore:
                        for lease in self._leases.values()],
             "dead": list(self.dead),
             "totals": (self._n.total_put, self._n.total_acked, self._n.total_retried,
-                       self._n.total_expired, self._n.total_taken_back),
+                       self._n.total_expired, self._n.total_taken_back, self._n.total_moved),
+            "fenced": sorted(self._fenced),
         }
 
     def import_state(self, state: dict[str, Any], *, now: float) -> None:
@@ -796,7 +904,9 @@ class QueueCore:
         nxt, theirs = next(self._lease_ids), state["next_lease_id"]
         self._lease_ids = itertools.count(theirs if 0 <= theirs - nxt < 1 << 32 else nxt)
         n = self._n
-        n.total_put, n.total_acked, n.total_retried, n.total_expired, n.total_taken_back = state["totals"]
+        (n.total_put, n.total_acked, n.total_retried, n.total_expired, n.total_taken_back,
+         n.total_moved) = state["totals"]
+        self._fenced = set(state["fenced"])
         self._next_seq = state["next_seq"]
         self.rebuild_key_holders()
 
@@ -821,6 +931,7 @@ class QueueCore:
             total_retried=n.total_retried,
             total_expired=n.total_expired,
             total_taken_back=n.total_taken_back,
+            total_moved=n.total_moved,
         )
 
     def validate(self) -> None:
@@ -848,7 +959,8 @@ class QueueCore:
         assert len(seqs) == len(set(seqs)), "a message is in two places"
         keyed = sum(s.count for dq in self._ready.values() for s in dq if s.chunk.key is not None)
         assert keyed == self._keyed_ready, f"keyed ready {self._keyed_ready} != {keyed}"
-        leased_keys = [s.chunk.key for lease in self._leases.values() for s in lease.spans if s.chunk.key]
+        leased_keys = [s.chunk.key for lease in self._leases.values() if lease.owner != MOVER
+                       for s in lease.spans if s.chunk.key]
         assert len(leased_keys) == len(set(leased_keys)), "two messages of one key leased at once"
         for key in leased_keys:
             assert key in self._key_holder, f"leased key {key!r} not held"
@@ -864,8 +976,8 @@ class QueueCore:
                     assert all(s.chunk.type == lease.type for s in lease.spans), "mixed typed lease"
                     leases[lease.type] = leases.get(lease.type, 0) + 1
             assert leases == self._running_by_type, f"running {self._running_by_type} != {leases}"
-        settled = n.total_acked + len(self.dead)
+        settled = n.total_acked + len(self.dead) + n.total_moved
         assert n.total_put == settled + n.ready + n.delayed + n.leased, (
-            f"put {n.total_put} != acked+dead {settled} + ready {n.ready} + delayed "
+            f"put {n.total_put} != acked+dead+moved {settled} + ready {n.ready} + delayed "
             f"{n.delayed} + leased {n.leased}"
         )

@@ -1,0 +1,169 @@
+"""Moving messages between queues in the pure core (``add_queues`` / ``remove_queue``): the
+moved keys' waiting messages leave in put order, a key held here stays and fences its new
+queue, and across both queues each key still runs one message at a time, in put order."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daskqueue.queue.core import MOVER
+from tests.queue.test_core import make_core, seqs
+from tests.queue.test_keys import ERROR, put
+
+MOVED = {"b", "d"}
+
+
+def to_new(chunk):
+    return 1 if chunk.key in MOVED else None
+
+
+def test_waiting_messages_of_moved_keys_leave_in_put_order_and_the_rest_stay():
+    core = make_core()
+    a = put(core, 2, "a")
+    b1 = put(core, 2, "b")
+    b2 = put(core, 1, "b", priority=5)
+    leases, delays, fences = core.take_moving(to_new, now=0)
+    assert list(leases) == [1]
+    assert seqs(leases[1]) == b1 + b2 and leases[1].owner == MOVER
+    assert delays[1] == [0.0, 0.0] and fences[1] == set()
+    assert core.drop_moved(leases[1].lease_id) == 3
+    assert seqs(core.get_batch(10, now=0)) == a[:1]
+    s = core.stats()
+    assert (s.ready, s.leased, s.total_moved) == (1, 1, 3)
+
+
+def test_a_held_key_keeps_its_running_message_and_fences_the_rest():
+    core = make_core()
+    b = put(core, 3, "b")
+    running = core.get_batch(1, now=0)
+    leases, _, fences = core.take_moving(to_new, now=0)
+    assert seqs(leases[1]) == b[1:] and fences[1] == {"b"}
+    assert core.keys_present({"b", "a"}) == {"b"}
+    core.drop_moved(leases[1].lease_id)
+    core.settle(running.lease_id, done=1, now=0)
+    assert core.keys_present({"b"}) == set()
+
+
+def test_a_retry_waiting_for_its_backoff_holds_its_key_and_stays():
+    core = make_core()
+    b = put(core, 2, "b")
+    lease = core.get_batch(1, now=0)
+    core.settle(lease.lease_id, done=1, errors={0: ERROR}, now=0)
+    leases, _, fences = core.take_moving(to_new, now=0)
+    assert seqs(leases[1]) == b[1:] and fences[1] == {"b"}
+    assert core.stats().delayed == 1
+
+
+def test_delayed_messages_move_with_the_time_left_until_they_are_due():
+    core = make_core()
+    chunk = core.new_chunk(1, key="d")
+    core.put(chunk, now=0, not_before=10.0)
+    leases, delays, _ = core.take_moving(to_new, now=4.0)
+    assert delays[1] == [6.0]
+    core.drop_moved(leases[1].lease_id)
+    assert core.stats().delayed == 0 and core.next_wakeup() is None
+
+
+def test_a_move_that_failed_gives_the_messages_back_in_their_places():
+    core = make_core()
+    b = put(core, 2, "b")
+    leases, _, _ = core.take_moving(to_new, now=0)
+    core.settle(leases[1].lease_id, done=0, now=0)
+    assert seqs(core.get_batch(10, now=0)) == b[:1]
+
+
+def test_a_fenced_key_waits_and_other_keys_do_not():
+    core = make_core()
+    core.fence({"b"})
+    b = put(core, 1, "b")
+    c = put(core, 1, "c")
+    assert seqs(core.get_batch(10, now=0)) == c
+    core.unfence({"b"})
+    assert seqs(core.get_batch(10, now=0)) == b
+
+
+def test_fences_go_with_a_hand_off():
+    old = make_core()
+    old.fence({"b"})
+    put(old, 1, "b")
+    new = make_core()
+    new.import_state(old.export_state(now=0), now=0)
+    assert new.get_batch(10, now=0) is None and new.fenced == {"b"}
+
+
+def test_removing_a_queue_moves_unkeyed_messages_too():
+    core = make_core()
+    free = put(core, 4, None)
+    leases, _, _ = core.take_moving(lambda chunk: 7, now=0)
+    assert seqs(leases[7]) == free
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(
+        st.tuples(st.just("put"), st.sampled_from(["a", "b", "c", "d"]), st.integers(1, 3)),
+        st.tuples(st.just("get"), st.integers(0, 1), st.integers(1, 4)),
+        st.tuples(st.just("settle"), st.integers(0, 9), st.sampled_from(["ack", "fail", "release"])),
+        st.tuples(st.just("tick"),),
+    ), max_size=60),
+    st.integers(0, 60),
+)
+def test_across_a_move_each_key_runs_one_at_a_time_in_put_order(ops, move_at):
+    """Two queues; at step ``move_at`` keys b and d move from queue 0 to queue 1 (later puts
+    of them go to 1), and queue 1 unfences a key once queue 0 has none of its messages, as
+    the actor's fence check does."""
+    cores = [make_core(max_retries=5), make_core(max_retries=5)]
+    now = 0.0
+    order: dict[tuple[int, int], int] = {}  # (queue, seq) -> the message's put number
+    key_of: dict[int, str] = {}  # put number -> key
+    leases: list[tuple[int, object]] = []
+    completed: dict[str, list[int]] = {}
+    moved = False
+    n_put = 0
+
+    def home(key: str) -> int:
+        return 1 if moved and key in MOVED else 0
+
+    for step, op in enumerate(ops + [("tick",)]):
+        if step == move_at and not moved:
+            moved = True
+            taken, _, fences = cores[0].take_moving(to_new, now=now)
+            if 1 in taken:
+                cores[1].fence(fences[1])
+                for span in taken[1].spans:
+                    chunk = cores[1].new_chunk(span.count, key=span.chunk.key)
+                    cores[1].put(chunk, now=now)
+                    for k in range(span.count):
+                        order[(1, chunk.base_seq + k)] = order[(0, span.first_seq + k)]
+                cores[0].drop_moved(taken[1].lease_id)
+        if op[0] == "put":
+            q = home(op[1])
+            for s in put(cores[q], op[2], op[1]):
+                order[(q, s)] = n_put
+                key_of[n_put] = op[1]
+                n_put += 1
+        elif op[0] == "get":
+            lease = cores[op[1]].get_batch(op[2], now=now)
+            if lease is not None:
+                leases.append((op[1], lease))
+        elif op[0] == "tick":
+            now += 100.0
+        elif leases:
+            q, lease = leases.pop(op[1] % len(leases))
+            if op[2] == "ack":
+                cores[q].settle(lease.lease_id, done=lease.count, now=now)
+                for s in seqs(lease):
+                    completed.setdefault(key_of[order[(q, s)]], []).append(order[(q, s)])
+            elif op[2] == "fail":
+                cores[q].settle(lease.lease_id, done=lease.count,
+                                errors=dict.fromkeys(range(lease.count), ERROR), now=now)
+            else:
+                cores[q].settle(lease.lease_id, done=0, now=now)
+        fenced = cores[1].fenced
+        if fenced:
+            cores[1].unfence(fenced - cores[0].keys_present(fenced))
+        running = [key_of[order[(q, s)]] for q, lease in leases for s in seqs(lease)]
+        assert len(running) == len(set(running)), "two messages of one key at once"
+    for key, done in completed.items():
+        assert done == sorted(done), f"key {key} completed out of put order"
