@@ -4,7 +4,7 @@ queue, and across both queues each key still runs one message at a time, in put 
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from daskqueue.queue.core import MOVER
@@ -99,7 +99,7 @@ def test_removing_a_queue_moves_unkeyed_messages_too():
     assert seqs(leases[7]) == free
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.one_of(
         st.tuples(st.just("put"), st.sampled_from(["a", "b", "c", "d"]), st.integers(1, 3)),
@@ -109,6 +109,8 @@ def test_removing_a_queue_moves_unkeyed_messages_too():
     ), max_size=60),
     st.integers(0, 60),
 )
+@example([("put", "b", 2), ("get", 0, 1), ("get", 1, 4)], 2)
+@example([("put", "b", 2), ("get", 0, 1), ("put", "b", 1), ("settle", 0, "release"), ("get", 1, 4)], 2)
 def test_across_a_move_each_key_runs_one_at_a_time_in_put_order(ops, move_at):
     """Two queues; at step ``move_at`` keys b and d move from queue 0 to queue 1 (later puts
     of them go to 1), and queue 1 unfences a key once queue 0 has none of its messages, as
