@@ -98,3 +98,4 @@ MAX_SCAN: int = 1000
 #: it is no longer counted (its queue stopped reporting: moved, lost, closed).
 TYPE_GOSSIP_S: float = 0.05
 TYPE_GOSSIP_STALE_S: float = 3.0
+MOVE_POLL_S: float = 0.1  # how often remove_queue looks whether its queue is drained

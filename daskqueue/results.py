@@ -66,6 +66,57 @@ class ResultCollector:
         self.results: dict[int, Any] = {}
         self.failures: dict[int, RemoteTaskError] = {}
         self._lock = threading.RLock()
+        #: Queues removed from the pool (drained, their outcomes fetched): not polled.
+        self.removed: set[int] = set()
+        # Messages moved to another queue (add_queues / remove_queue) keep their old ids: per
+        # new queue, the sorted first new seqs of moved runs and (count, old queue, old seq).
+        self._moved_starts: dict[int, list[int]] = {}
+        self._moved: dict[int, list[tuple[int, int, int]]] = {}
+
+    def add_queues(self, k: int) -> None:
+        """The pool has ``k`` more queues (indices from the current count on)."""
+        with self._lock:
+            self._n += k
+            self._cursors += [0] * k
+            self._dead_cursors += [0] * k
+            self.settled += [0] * k
+            self._claim_starts += [[] for _ in range(k)]
+            self._claims += [[] for _ in range(k)]
+
+    def has_moves(self) -> bool:
+        return bool(self._moved_starts)
+
+    def moved(self, runs: list[tuple[int, int, int, int]], old_queue: int) -> None:
+        """Messages ``(old first seq, count, new queue, new first seq)`` of ``old_queue``
+        moved: their outcomes arrive from the new queue and are reported under the old ids."""
+        with self._lock:
+            for old_first, count, q, new_first in runs:
+                starts = self._moved_starts.setdefault(q, [])
+                i = bisect.bisect(starts, new_first)
+                starts.insert(i, new_first)
+                self._moved.setdefault(q, []).insert(i, (count, old_queue, old_first))
+
+    def _pieces(self, q: int, first: int, count: int) -> list[tuple[int, int, int, int]]:
+        """``(queue, seq, count, offset)`` of messages ``first .. first + count`` of queue
+        ``q`` under the ids they were given (following moves), in consecutive pieces."""
+        starts = self._moved_starts.get(q)
+        if not starts:
+            return [(q, first, count, 0)]
+        out = []
+        seq, end = first, first + count
+        while seq < end:
+            i = bisect.bisect(starts, seq) - 1
+            n, oq, ofirst = self._moved[q][i] if i >= 0 else (0, q, 0)
+            if i >= 0 and seq < starts[i] + n:
+                take = min(end, starts[i] + n) - seq
+                for piece in self._pieces(oq, ofirst + seq - starts[i], take):
+                    out.append(piece[:3] + (piece[3] + seq - first,))
+            else:
+                nxt = starts[i + 1] if i + 1 < len(starts) else end
+                take = min(end, nxt) - seq
+                out.append((q, seq, take, seq - first))
+            seq += take
+        return out
 
     def claim(self, queue_index: int, first_seq: int, count: int, claim: MapClaim, pos0: int) -> None:
         """Route the results of messages ``first_seq ..`` of a queue to ``claim``."""
@@ -90,7 +141,7 @@ class ResultCollector:
         holds the call up to ``wait_s`` until an outcome arrives (a long poll).
         """
         with self._lock:
-            which = range(self._n) if queue_index is None else [queue_index]
+            which = [q for q in range(self._n) if q not in self.removed] if queue_index is None else [queue_index]
             futures = []
             for q in which:
                 try:
@@ -160,6 +211,13 @@ class ResultCollector:
 
     def _succeed_range(self, q: int, first: int, values: list[Any]) -> None:
         """Results of consecutive messages ``first ..`` of queue ``q`` (one put group)."""
+        if q in self._moved_starts:
+            for oq, seq, count, offset in self._pieces(q, first, len(values)):
+                self._succeed_here(oq, seq, values[offset : offset + count])
+            return
+        self._succeed_here(q, first, values)
+
+    def _succeed_here(self, q: int, first: int, values: list[Any]) -> None:
         owner = self._owner(q, first) if self._claim_starts[q] else None
         if owner is None:
             self.results.update(zip((make_id(q, s) for s in range(first, first + len(values))), values))
@@ -169,10 +227,14 @@ class ResultCollector:
             claim.settled += len(values)
 
     def _fail(self, q: int, seq: int, error: bytes, attempts: int) -> None:
+        if q in self._moved_starts:
+            q, seq, _, _ = self._pieces(q, seq, 1)[0]
         exc_type, message, tb = decode_error(error)
         self._record_failure(q, seq, RemoteTaskError(make_id(q, seq), exc_type, message, tb, attempts))
 
     def _fail_local(self, q: int, seq: int, cause: BaseException) -> None:
+        if q in self._moved_starts:
+            q, seq, _, _ = self._pieces(q, seq, 1)[0]
         err = SerializationError(f"result of task {make_id(q, seq)} cannot be unpickled here: {cause}")
         err.__cause__ = cause
         tb = f"{type(cause).__name__}: {cause}"

@@ -67,7 +67,7 @@ def _bind_local(handle: Any) -> Any:
 class Batch:
     """A fetched delivery: the lease, the queue it came from, and its segments."""
 
-    queue_slot: int  # position in the consumer's queue list
+    queue_slot: int  # the index of the queue it was leased from
     queue_index: int
     lease_id: int
     segments: list[Segment]
@@ -139,11 +139,12 @@ class ConsumerBase:
         if isolation not in ("auto", "process", "thread"):
             raise ValueError(f"isolation must be 'auto', 'process' or 'thread', got {isolation!r}")
         self.index = index
-        queues = [worker_handle(q) for q in queues]
-        n = len(queues)
-        # Home queue first, then the others in turn: an idle consumer takes their work.
-        self._queues = [queues[(home + k) % n] for k in range(n)]
-        self._home = home % n
+        # By queue index (a pool's queues may come and go); asked home first, then the
+        # others in turn: an idle consumer takes their work.
+        self._queues: dict[int, Any] = {i: worker_handle(q) for i, q in enumerate(queues) if q is not None}
+        self._home = home % len(queues)
+        self._order: list[int] = []
+        self._set_order()
         self._fixed_batch = batch_size
         self._batch_size = batch_size or defaults.INITIAL_BATCH_SIZE
         self._max_batch = max_batch_size if batch_size is None else batch_size
@@ -175,7 +176,7 @@ class ConsumerBase:
         # early_ack, whose batches are acked before they run: an item not run would be lost.
         self._halt_items = False
         self._setup_lock = threading.Lock()
-        self._queue_down_until: dict[int, float] = {}  # slot -> monotonic time to retry
+        self._queue_down_until: dict[int, float] = {}  # queue index -> monotonic time to retry
         self._func_bytes: dict[bytes, bytes] = {}
         self._funcs: dict[bytes, Any] = {}
         self._setup_done = False
@@ -240,7 +241,7 @@ class ConsumerBase:
                 self.reserved_slots, thread_name_prefix=f"daskqueue-consumer-{self.index}-reserved"
             )
         handles = self._queues
-        self._queues = [_bind_local(q) for q in handles]
+        self._queues = {i: _bind_local(q) for i, q in handles.items()}
         self._address = _worker_address()
         self._lost_event = asyncio.Event()
         if self._runner is None and self._wants_child(handles):
@@ -260,7 +261,7 @@ class ConsumerBase:
         this worker process (user code that kills its process must not take it along)."""
         if self._child_spec is None or self._isolation == "thread":
             return False
-        return self._isolation == "process" or any(q is not h for q, h in zip(self._queues, handles))
+        return self._isolation == "process" or any(self._queues[i] is not h for i, h in handles.items())
 
     async def _start_runner(self) -> None:
         from daskqueue.consumer.isolate import ProcessRunner
@@ -397,13 +398,37 @@ class ConsumerBase:
         worker): later calls go there. Batches leased from the old one are refused there
         (their messages were recovered ready) and run again."""
         handle = worker_handle(handle)
-        slot = (queue_index - self._home) % len(self._queues)
-        self._queues[slot] = _bind_local(handle) if self._loop_task is not None else handle
-        self._queue_down_until.pop(slot, None)
+        self._queues[queue_index] = _bind_local(handle) if self._loop_task is not None else handle
+        self._queue_down_until.pop(queue_index, None)
         # A worker restarted on a fixed port comes back under the address it died with.
         self._dead_addresses.discard(getattr(handle, "_address", None))  # type: ignore[arg-type]
         logger.info("consumer %d: queue %d moved to %s", self.index, queue_index,
                     getattr(handle, "_address", "this worker"))
+
+    def _set_order(self) -> None:
+        """The queues in the order a fetch asks them: home first, then the next indices."""
+        if not self._queues:  # a child process's twin, which calls no queue
+            self._order = []
+            return
+        if self._home not in self._queues:
+            raise ValueError(f"home queue {self._home} is not one of the queues {sorted(self._queues)}")
+        idx = sorted(self._queues)
+        k = idx.index(self._home)
+        self._order = idx[k:] + idx[:k]
+
+    async def set_queues(self, refs: dict[int, Any], home: int) -> None:
+        """The pool's queues changed (queues added, or one removed once drained): fetch
+        from ``refs`` (queue index -> handle) from now on, with ``home`` first. Batches
+        leased from a queue still in ``refs`` are settled there as before."""
+        bound = self._loop_task is not None
+        queues = {i: worker_handle(ref) for i, ref in refs.items()}
+        self._queues = {i: _bind_local(h) for i, h in queues.items()} if bound else queues
+        self._home = home
+        self._set_order()
+        self._hints, self._hints_reserved = [], []
+        for i in [i for i in self._queue_down_until if i not in queues]:
+            del self._queue_down_until[i]
+        logger.info("consumer %d: queues are now %s, home %d", self.index, sorted(queues), home)
 
     # -- the fetch loop (event loop) ------------------------------------------------------------
 
@@ -442,22 +467,23 @@ class ConsumerBase:
         """A reserved slot's fetch: one message of priority >= ``reserved_priority``, from
         where the home queue last said urgent work is, else from a long poll of home (which
         answers at once with peers that announced urgent work)."""
-        if len(self._queues) > 1 and not self._is_down(0):
+        home = self._home
+        if len(self._queues) > 1 and not self._is_down(home):
             return await self._fetch_hinted(1, None, min_priority=self.reserved_priority)
         first = 1 if self._reserved_idle else 0
-        for slot in range(first, len(self._queues)):
+        for slot in self._order[first:]:
             blob = await self._get_from(slot, 1, 0.0, self.reserved_priority)
             if blob is not None:
                 self._reserved_idle = False
                 return await self._decode(slot, blob, reserved=True)
             if self._stop_requested:
                 return None
-        if self._is_down(0):
+        if self._is_down(home):
             await asyncio.sleep(self._idle_poll_s)
             return None
-        blob = await self._get_from(0, 1, self._idle_poll_s, self.reserved_priority)
+        blob = await self._get_from(home, 1, self._idle_poll_s, self.reserved_priority)
         self._reserved_idle = blob is None
-        return None if blob is None else await self._decode(0, blob, reserved=True)
+        return None if blob is None else await self._decode(home, blob, reserved=True)
 
     def _close_orphan(self) -> None:
         """The worker released this consumer (its pool's client is gone): stop and close it
@@ -481,28 +507,29 @@ class ConsumerBase:
         """
         n = self._batch_size
         sizes = {t: size for t, (size, _) in self._type_sizes.items()} if len(self._type_sizes) > 1 else None
-        if len(self._queues) > 1 and not self._is_down(0):
+        home = self._home
+        if len(self._queues) > 1 and not self._is_down(home):
             return await self._fetch_hinted(n, sizes)
         # Right after a long poll of the home queue timed out, asking it again is wasted.
         first = 1 if self._home_idle else 0
-        for slot in range(first, len(self._queues)):
+        for slot in self._order[first:]:
             blob = await self._get_from(slot, n, 0.0, sizes=sizes)
             if blob is not None:
                 self._home_idle = False
                 return await self._decode(slot, blob)
             if self._stop_requested:
                 return None
-        if self._is_down(0):
+        if self._is_down(home):
             await asyncio.sleep(self._idle_poll_s)
             return None
-        blob = await self._get_from(0, n, self._idle_poll_s, sizes=sizes)
+        blob = await self._get_from(home, n, self._idle_poll_s, sizes=sizes)
         self._home_idle = blob is None
         if blob is None and self._fixed_batch is None:
             # Idle: the next work may be of another kind; learn its duration afresh.
             self._batch_size = defaults.INITIAL_BATCH_SIZE
             self._per_item_s = None
             self._type_sizes.clear()
-        return None if blob is None else await self._decode(0, blob)
+        return None if blob is None else await self._decode(home, blob)
 
     async def _fetch_hinted(self, n: int, sizes: dict[str | None, int] | None,
                             min_priority: int | None = None) -> Batch | None:
@@ -513,9 +540,10 @@ class ConsumerBase:
         now = time.monotonic()
         hints = getattr(self, hints_of)
         setattr(self, hints_of, [])
+        home = self._home
         for index, number in hints:
-            slot = (index - self._home) % len(self._queues)
-            if slot == 0:
+            slot = index
+            if slot == home or slot not in self._queues:
                 continue
             if self._is_down(slot):  # not until it is back: the home queue would say it again at once
                 stale[(index, number)] = self._queue_down_until[slot]
@@ -530,19 +558,19 @@ class ConsumerBase:
                 return None
         for w in [w for w, until in stale.items() if until <= now]:
             del stale[w]
-        answer = await self._get_from(0, n, self._idle_poll_s, min_priority, sizes=sizes, hints=True,
+        answer = await self._get_from(home, n, self._idle_poll_s, min_priority, sizes=sizes, hints=True,
                                       ignore=list(stale))
         if isinstance(answer, list):
             setattr(self, hints_of, answer)
             return None
         if reserved:
-            return None if answer is None else await self._decode(0, answer, reserved=True)
+            return None if answer is None else await self._decode(home, answer, reserved=True)
         if answer is None and self._fixed_batch is None:
             # Idle: the next work may be of another kind; learn its duration afresh.
             self._batch_size = defaults.INITIAL_BATCH_SIZE
             self._per_item_s = None
             self._type_sizes.clear()
-        return None if answer is None else await self._decode(0, answer)
+        return None if answer is None else await self._decode(home, answer)
 
     def _is_down(self, slot: int) -> bool:
         until = self._queue_down_until.get(slot)

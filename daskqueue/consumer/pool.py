@@ -42,7 +42,7 @@ logger = logging.getLogger("daskqueue")
 
 @dataclass(eq=False)
 class _Member:
-    """One consumer actor: its index (home queue ``index mod n_queues``), future and handle."""
+    """One consumer actor: its index (home: the pool's ``index``-th queue, in turn), future and handle."""
 
     index: int
     future: Any
@@ -162,9 +162,9 @@ class ConsumerPool:
         """Submit a consumer actor for ``worker`` (only there if ``strict``); its index and future."""
         index, self._next_index = self._next_index, self._next_index + 1
         options = dict(self._options, isolation=self.isolation, child_spec=self._child_spec(index))
-        queues = [queue_ref(h) for h in self.queue_pool.queues]  # never the handles: see WorkerActor
+        queues, home = self._queue_refs(index)
         future = self.client.submit(
-            self.ConsumerClass, index, queues, home=index % self.queue_pool.n_queues,
+            self.ConsumerClass, index, queues, home=home,
             **options, actor=True, pure=False, workers=[worker], allow_other_workers=not strict,
         )
         return index, future
@@ -173,9 +173,10 @@ class ConsumerPool:
         """What builds consumer ``index``'s twin in a child process (None: threads only)."""
         if self.isolation == "thread":
             return None
-        kwargs = dict(self._options, home=index % self.queue_pool.n_queues, isolation="thread")
+        queues, home = self._queue_refs(index)
+        kwargs = dict(self._options, home=home, isolation="thread")
         try:
-            return cloudpickle.dumps((self.ConsumerClass, (index, [None] * self.queue_pool.n_queues), kwargs))
+            return cloudpickle.dumps((self.ConsumerClass, (index, [None] * len(queues)), kwargs))
         except Exception as e:
             logger.warning("%s cannot be pickled for a child process (%s); its consumers run "
                            "batches on threads", self.ConsumerClass.__name__, e)
@@ -265,6 +266,22 @@ class ConsumerPool:
             logger.info("consumer %d left its retiring worker %s", m.index, m.address)
             free_actor(m.future, m.handle)
         return members
+
+    def _queue_refs(self, index: int) -> tuple[list[Any], int]:
+        """What consumer ``index`` calls: the queue pool's queues (``queue_ref`` tuples by
+        queue index, None for a removed one: never the handles, see WorkerActor) and its home
+        queue, the pool's routing queues taken in turn."""
+        qp = self.queue_pool
+        refs = [None if i in qp._removed else queue_ref(h) for i, h in enumerate(qp.queues)]
+        homes = qp._targets
+        return refs, homes[index % len(homes)]
+
+    def _queues_changed(self) -> None:
+        """The queue pool added or removed queues: every consumer fetches from the new set,
+        and takes a home among them in turn."""
+        for m in self._live():
+            refs, home = self._queue_refs(m.index)
+            self._tell([m], "set_queues", {i: r for i, r in enumerate(refs) if r is not None}, home)
 
     def _queue_moved(self, queue_index: int, handle: Any) -> None:
         """A durable queue was reopened elsewhere: every consumer calls it there from now on."""

@@ -14,6 +14,7 @@ changes any state, so that thread is the only one touching the queue while it ru
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import pickle
@@ -34,9 +35,20 @@ from daskqueue.errors import (
 from daskqueue.messages import killed_error
 from daskqueue.queue.core import Chunk, CoreStats, Lease, QueueCore, Settlement, Span
 from daskqueue.queue.policy import FIFO, TypePolicy
+from daskqueue.queue.ring import HashRing
 from daskqueue.membership import LOAD_TOPIC
 from daskqueue.queue.handles import ORPHAN_CHECK_S, released_actor
-from daskqueue.serialize import PROTOCOL, ResultRecord, Segment, decode_put, decode_settle, encode_delivery
+from daskqueue.segment.format import TOKEN_SIZE
+from daskqueue.serialize import (
+    PROTOCOL,
+    Group,
+    ResultRecord,
+    Segment,
+    decode_put,
+    decode_settle,
+    encode_delivery,
+    encode_put,
+)
 
 __all__ = ["QueueActorBase", "QueueStats", "ChunkPayload", "TOKENS_KEPT"]
 
@@ -60,6 +72,10 @@ _UNTOLD = object()
 
 #: At most this often a queue tells its peers that it now has ready messages, or has none.
 WORK_ANNOUNCE_S = 0.02
+
+#: How often a queue with fenced keys asks the queues they moved from whether those still
+#: hold a message of theirs.
+FENCE_CHECK_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +189,10 @@ class QueueActorBase:
         self._reported_work = False  # whether that report had work in it
         self._checked_at = 0.0  # when the sweeper last checked that its worker holds it
         self._orphan_close: asyncio.Task[None] | None = None
+        # Keys moved here while one of their messages ran in the queue they came from:
+        # source queue index -> keys, fenced in the core until the source has none left.
+        self._fences: dict[int, set[str]] = {}
+        self._fence_checker: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         s = self._core.stats()
@@ -194,6 +214,7 @@ class QueueActorBase:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
             if self._core.policy.typed:
                 self._gossip = asyncio.get_running_loop().create_task(self._gossip_forever())
+            self._check_fences_soon()  # fences handed over by a predecessor
 
     def _check_serving(self) -> None:
         if self._handed_off:
@@ -335,7 +356,8 @@ class QueueActorBase:
         # Starts the sweeper too: it closes this actor if its pool's client dies before any
         # other call came (a durable queue would keep its directory locked otherwise).
         self._start()
-        self._peers = {i: _bind_local(worker_handle(r)) for i, r in enumerate(refs) if i != self.index}
+        self._peers = {i: _bind_local(worker_handle(r)) for i, r in enumerate(refs)
+                       if i != self.index and r is not None}
         self._work_at = {i: v for i, v in self._work_at.items() if i in self._peers}
         self._announced = _UNTOLD  # tell them the current state afresh
         self._work_changed()
@@ -440,6 +462,140 @@ class QueueActorBase:
             if not call.cancelled() and call.exception() is not None:
                 logger.debug("queue %d: a peer did not take %s: %s", self.index, method, call.exception())
 
+    # -- moving messages to other queues (queues added to or removed from the pool) -----------
+
+    async def move_out(self, nodes: list[int], typed: bool = False,
+                       everything: bool = False) -> tuple[list[tuple[int, int, int, int]], list[str]]:
+        """Hand the waiting messages that the pool's new ring of queues ``nodes`` routes
+        elsewhere to those queues (peers of this one), each in put order: keyed messages by
+        their key, every message by its type in a typed pool, and with ``everything`` (this
+        queue is being removed) the unkeyed ones too, spread over the others in turn. A key
+        whose message runs here (or waits for its retry) keeps that message here, and its new
+        queue fences the key until this queue holds none of its messages.
+
+        Each destination stores the messages before they leave here (a mover lease holds them
+        meanwhile): a failure or a crash may deliver a message twice, never lose it. Returns
+        ``(old first seq, count, new queue, new first seq)`` per moved run (the client reports
+        their outcomes under their old ids) and the errors of the destinations that did not
+        take theirs (those messages stay here, in their places).
+        """
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._start()
+        ring = HashRing(nodes)
+        others = [n for n in nodes if n != self.index and n in self._peers]
+        turn = itertools.count()
+
+        def dest(chunk: Chunk) -> int | None:
+            if typed:
+                d = ring.node(chunk.type)
+            elif chunk.key is not None:
+                d = ring.node(chunk.key)
+            elif everything and others:
+                d = others[next(turn) % len(others)]
+            else:
+                return None
+            return d if d != self.index and d in self._peers else None
+
+        now = self._now()
+        leases, delays, fences = self._core.take_moving(dest, now=now)
+        if not leases:
+            return [], []
+        try:
+            self._after_change(now)
+        except BaseException:
+            for lease in leases.values():
+                self._core.settle(lease.lease_id, done=0, now=now)
+            raise
+        calls = {}
+        for d, lease in leases.items():
+            groups = [_moved_group(span, delay) for span, delay in zip(lease.spans, delays[d])]
+            funcs = {g.digest: self._funcs[g.digest] for g in groups if g.digest is not None}
+            calls[d] = asyncio.ensure_future(
+                self._peers[d].adopt(encode_put(groups, funcs), os.urandom(TOKEN_SIZE), sorted(fences[d]), self.index)
+            )
+        await asyncio.wait(calls.values(), timeout=defaults.CONTROL_CALL_TIMEOUT_S)
+        if self._paused is not None:  # a compaction may have begun meanwhile
+            await self._unpaused()
+        moved: list[tuple[int, int, int, int]] = []
+        failed: list[str] = []
+        now = self._now()
+        for d, call in calls.items():
+            lease = leases[d]
+            if call.done() and not call.cancelled() and call.exception() is None:
+                for span, (first, _) in zip(lease.spans, call.result()):
+                    moved.append((span.first_seq, span.count, d, first))
+                self._core.drop_moved(lease.lease_id)
+                continue
+            call.cancel()
+            error = "no answer in time" if not call.done() or call.cancelled() else repr(call.exception())
+            failed.append(f"queue {d}: {error}")
+            self._core.settle(lease.lease_id, done=0, now=now)  # back in their places
+        try:
+            self._after_change(now)
+        finally:
+            self._notify_ready()
+            self._work_changed()
+        if moved:
+            logger.info("queue %d: %d messages moved to queues %s", self.index,
+                        sum(m[1] for m in moved), sorted({m[2] for m in moved}))
+        return moved, failed
+
+    async def adopt(self, blob: bytes, token: bytes, fenced: list[str], source: int) -> list[tuple[int, int]]:
+        """``put_batch`` of messages that queue ``source`` moves here; the ``fenced`` keys
+        run here only once ``source`` holds none of their messages (one of theirs still runs
+        there)."""
+        if fenced:
+            self._check_serving()
+            self._core.fence(fenced)
+            self._fences.setdefault(source, set()).update(fenced)
+            self._check_fences_soon()
+        return await self.put_batch(blob, token)
+
+    async def holds_keys(self, keys: list[str]) -> list[str]:
+        """Those of ``keys`` that a message in this queue still has (running, waiting)."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._check_serving()
+        return sorted(self._core.keys_present(set(keys)))
+
+    def _check_fences_soon(self) -> None:
+        if self._fence_checker is None and self._fences and not self._closed:
+            self._fence_checker = asyncio.get_running_loop().create_task(self._check_fences())
+
+    async def _check_fences(self) -> None:
+        """Every ``FENCE_CHECK_S`` while keys are fenced: ask their source queues which of
+        them they still hold, and unfence the others. A source that was removed, or lost
+        with its worker (a transient queue's messages went with it), holds none; a durable
+        one that is being reopened elsewhere is asked again once the pool says where."""
+        try:
+            while self._fences and not self._closed:
+                await asyncio.sleep(FENCE_CHECK_S)
+                for source, keys in list(self._fences.items()):
+                    peer = self._peers.get(source)
+                    try:
+                        held = set() if peer is None else set(await asyncio.wait_for(
+                            peer.holds_keys(sorted(keys)), defaults.CONTROL_CALL_TIMEOUT_S))
+                    except (QueueHandedOffError, asyncio.TimeoutError):
+                        continue
+                    except Exception as e:
+                        if self.kind == "durable" and not isinstance(e, QueueClosedError):
+                            continue  # reopened elsewhere, with the key's message: ask there
+                        logger.info("queue %d: queue %d is gone (%s); unfencing its keys", self.index, source, e)
+                        held = set()
+                    if self._paused is not None:
+                        await self._unpaused()
+                    free = keys - held
+                    if free:
+                        self._core.unfence(free)
+                        keys -= free
+                        if not keys:
+                            del self._fences[source]
+                        self._notify_ready()
+                        self._work_changed()
+        finally:
+            self._fence_checker = None
+
     # -- handing the queue to a successor (graceful retirement of its worker) -----------------
 
     async def hand_off(self) -> bytes:
@@ -466,6 +622,7 @@ class QueueActorBase:
             "tokens": self._tokens,
             "get_calls": self._get_calls,
             "task_s": self._task_s,
+            "fences": self._fences,
         }
 
     def _import_handoff(self, state: dict[str, Any]) -> None:
@@ -476,6 +633,7 @@ class QueueActorBase:
         self._tokens = state["tokens"]
         self._get_calls = state["get_calls"]
         self._task_s = state["task_s"]
+        self._fences = state["fences"]
 
     def _remember_token(self, token: bytes | None, ranges: list[tuple[int, int]]) -> None:
         if token is None or not ranges:
@@ -886,11 +1044,11 @@ class QueueActorBase:
         if self._closed:
             return
         self._closed = True
-        for task in (self._gossip, self._announcer):
+        for task in (self._gossip, self._announcer, self._fence_checker):
             if task is not None:
                 task.cancel()
                 await asyncio.wait({task})
-        self._gossip = self._announcer = None
+        self._gossip = self._announcer = self._fence_checker = None
         if self._sweeper is not None:
             assert self._timer_changed is not None
             self._timer_changed.set()
@@ -935,6 +1093,16 @@ def _segment(span: Span) -> Segment:
         span.first_seq, span.count, span.attempts, meta.kind, meta.digest, meta.type,
         span.chunk.priority, meta.key, offs.tobytes(), payload.data[offs[0] : offs[-1]],
     )
+
+
+def _moved_group(span: Span, delay_s: float) -> Group:
+    """A put group of ``span``'s messages for another queue, due in ``delay_s``."""
+    payload, meta = span.chunk.payload, span.chunk.meta
+    offs = payload.offsets[span.start : span.stop + 1]
+    base = offs[0]
+    offsets = array("I", [o - base for o in offs])
+    return Group(meta.kind, meta.digest, meta.type, span.chunk.priority, meta.key, delay_s, span.count,
+                 offsets.tobytes(), bytes(payload.data[base : offs[-1]]))
 
 
 def _ran_ranges(lease: Lease, done: int) -> list[tuple[int, int]]:

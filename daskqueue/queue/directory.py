@@ -1,8 +1,10 @@
 """The directory of a durable pool: one sub-directory per queue, and a file that records the
 pool's shape so that a reopen cannot orphan a queue.
 
-``<dirpath>/daskqueue-pool.json`` holds ``{"format": 1, "n_queues": N}``; queue ``i`` lives in
-``<dirpath>/queue-<iii>`` (a segment store, ``daskqueue/segment/FORMAT.md``).
+``<dirpath>/daskqueue-pool.json`` holds ``{"format": 1, "n_queues": N, "removed": [...]}``
+(``removed``: queues that ``QueuePool.remove_queue`` drained and took out; their indices are
+not reused); queue ``i`` lives in ``<dirpath>/queue-<iii>`` (a segment store,
+``daskqueue/segment/FORMAT.md``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import os
 
 from daskqueue.errors import ConfigurationError, ForeignDirectoryError
 
-__all__ = ["POOL_FILE", "POOL_FORMAT", "prepare_pool_dir", "queue_dir"]
+__all__ = ["POOL_FILE", "POOL_FORMAT", "prepare_pool_dir", "queue_dir", "removed_queues", "record_removed"]
 
 #: The file that marks a directory as a pool's and records how many queues it holds.
 POOL_FILE = "daskqueue-pool.json"
@@ -37,15 +39,33 @@ def prepare_pool_dir(dirpath: str, n_queues: int) -> list[str]:
         raise ConfigurationError(f"dirpath {dirpath} exists and is not a directory")
     os.makedirs(dirpath, exist_ok=True)
     meta = os.path.join(dirpath, POOL_FILE)
+    removed: list[int] = []
     if os.path.exists(meta):
-        _check_known_shape(dirpath, meta, n_queues)
+        removed = _check_known_shape(dirpath, meta, n_queues)
     elif os.listdir(dirpath):
         raise ForeignDirectoryError(f"{dirpath} is not empty and is not a daskqueue pool directory")
-    _write_shape(meta, n_queues)
+    _write_shape(meta, n_queues, removed)
     return [queue_dir(dirpath, i) for i in range(n_queues)]
 
 
-def _check_known_shape(dirpath: str, meta: str, n_queues: int) -> None:
+def removed_queues(dirpath: str) -> set[int]:
+    """The queues of the pool at ``dirpath`` that ``remove_queue`` took out."""
+    meta = os.path.join(dirpath, POOL_FILE)
+    if not os.path.exists(meta):
+        return set()
+    with open(meta) as f:
+        return set(json.load(f).get("removed", []))
+
+
+def record_removed(dirpath: str, index: int) -> None:
+    """Record that queue ``index`` of the pool at ``dirpath`` was drained and taken out."""
+    meta = os.path.join(dirpath, POOL_FILE)
+    with open(meta) as f:
+        known = json.load(f)
+    _write_shape(meta, known["n_queues"], sorted(set(known.get("removed", [])) | {index}))
+
+
+def _check_known_shape(dirpath: str, meta: str, n_queues: int) -> list[int]:
     with open(meta) as f:
         known = json.load(f)
     if known.get("format") != POOL_FORMAT:
@@ -55,12 +75,16 @@ def _check_known_shape(dirpath: str, meta: str, n_queues: int) -> None:
             f"{dirpath} holds {known['n_queues']} queues; reopen it with n_queues >= "
             f"{known['n_queues']} so that none of their messages is orphaned"
         )
+    return list(known.get("removed", []))
 
 
-def _write_shape(meta: str, n_queues: int) -> None:
+def _write_shape(meta: str, n_queues: int, removed: list[int] = ()) -> None:  # type: ignore[assignment]
     tmp = meta + ".tmp"
+    shape: dict[str, object] = {"format": POOL_FORMAT, "n_queues": n_queues}
+    if removed:
+        shape["removed"] = list(removed)
     with open(tmp, "w") as f:
-        json.dump({"format": POOL_FORMAT, "n_queues": n_queues}, f)
+        json.dump(shape, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, meta)

@@ -98,8 +98,11 @@ class DurableQueue(QueueActorBase):
         self._compaction_due = False  # the sweeper compacts when it next wakes
         try:
             recovered = replay(self._store.take_records(), self._store.read_log, self._store.report)
-            adopted = pickle.loads(handoff)["leases"] if handoff is not None else []
-            self._restore(recovered, adopted)
+            state = pickle.loads(handoff) if handoff is not None else {"leases": [], "fences": {}}
+            self._restore(recovered, state["leases"])
+            self._fences = state["fences"]
+            for keys in self._fences.values():
+                self._core.fence(keys)
         except BaseException:
             self._store.close()
             raise
@@ -386,7 +389,7 @@ class DurableQueue(QueueActorBase):
              [(s.chunk.base_seq, s.start, s.stop, s.attempts) for s in lease.spans])
             for lease in self._core.leases()
         ]
-        return {"leases": leases}
+        return {"leases": leases, "fences": self._fences}
 
     # -- compaction ---------------------------------------------------------------------------
 

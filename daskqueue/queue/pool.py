@@ -10,6 +10,7 @@ dead address.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import itertools
 import logging
@@ -35,12 +36,12 @@ from daskqueue.errors import (
     SchedulerLostError,
     RemoteTaskError,
 )
-from daskqueue.messages import QUEUE_INDEX_BITS, Kind, make_id, split_id
+from daskqueue.messages import MAX_QUEUES, QUEUE_INDEX_BITS, Kind, make_id, split_id
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig
 from daskqueue.queue.policy import Scheduler
 from daskqueue.queue.ring import HashRing
-from daskqueue.queue.directory import prepare_pool_dir, queue_dir
+from daskqueue.queue.directory import prepare_pool_dir, queue_dir, record_removed, removed_queues
 from daskqueue.queue.durable import DurableQueue
 from daskqueue.queue.encode import (
     PutBatch,
@@ -236,9 +237,14 @@ class QueuePool:
             direct_to_workers = client.direct_to_workers
         self.queues = direct_handles(queues, direct=direct_to_workers)
         self._rr = itertools.count()
-        self._sent_funcs: list[set[bytes]] = [set() for _ in range(self.n_queues)]
-        self._collector = ResultCollector(self.n_queues, self._call, self._answer)
-        self._put_counts = [0] * self.n_queues
+        n = self.config.n_queues
+        self._sent_funcs: list[set[bytes]] = [set() for _ in range(n)]
+        self._collector = ResultCollector(n, self._call, self._answer)
+        self._put_counts = [0] * n
+        # Queues taken out by remove_queue (gone) and the queues new messages go to (the
+        # others, but one being drained by remove_queue).
+        self._removed: set[int] = set()
+        self._targets: list[int] = list(range(n))
         self._lost: dict[int, str] = {}  # queue index -> the address it was lost with
         self._moving: dict[int, threading.Event] = {}  # queues being reopened or handed off
         self._parked: dict[int, bytes] = {}  # handed-off state waiting for a worker to join
@@ -247,9 +253,12 @@ class QueuePool:
         # Typed pools: every message of a type goes to one queue, so that queue's count of
         # the type's running batches is the pool's (caps are exact); the queues tell each
         # other their ready counts per type (shares are pool-wide).
-        self._type_ring = HashRing(range(self.n_queues)) if self.config.scheduler != "fifo" else None
-        self._key_ring = HashRing(range(self.n_queues))  # keys= : each key to one queue
+        self._type_ring = HashRing(range(n)) if self.config.scheduler != "fifo" else None
+        self._key_ring = HashRing(range(n))  # keys= : each key to one queue
         self._slots: dict[str, int] = {}  # consumer pool id -> its running slots
+        if self.durability == "durable":
+            for q in sorted(removed_queues(self.dirpath) & set(range(n))):  # type: ignore[arg-type]
+                self._take_out(q)  # drained and taken out by an earlier pool on this directory
         self._share_peers()
         self._membership.add_listener(self)
         logger.info("%r started", self)
@@ -261,7 +270,7 @@ class QueuePool:
         if not workers:
             raise ConfigurationError("the client's cluster has no workers")
         queue_class, queue_args = self._queue_actor_args()
-        spread = len(workers) >= self.n_queues
+        spread = len(workers) >= self.config.n_queues
         self._queue_futures = [
             self.client.submit(
                 queue_class, *args, **self._queue_kwargs(), actor=True, pure=False,
@@ -279,18 +288,31 @@ class QueuePool:
     def _queue_actor_args(self, *, prepare: bool = True) -> tuple[type, list[tuple[Any, ...]]]:
         """The queue actor class and each queue's positional arguments; prepares a durable
         pool's directory (unless ``prepare`` is false)."""
+        n = self.config.n_queues
         if self.durability == "durable":
             if not prepare:
-                return DurableQueue, [(i, queue_dir(self.dirpath, i)) for i in range(self.n_queues)]  # type: ignore[arg-type]
-            dirs = prepare_pool_dir(self.dirpath, self.n_queues)  # type: ignore[arg-type]
+                return DurableQueue, [(i, queue_dir(self.dirpath, i)) for i in range(n)]  # type: ignore[arg-type]
+            dirs = prepare_pool_dir(self.dirpath, n)  # type: ignore[arg-type]
             return DurableQueue, list(enumerate(dirs))
-        return TransientQueue, [(i,) for i in range(self.n_queues)]
+        return TransientQueue, [(i,) for i in range(n)]
 
     # -- settings (all in self.config) ---------------------------------------------------------
 
     @property
     def n_queues(self) -> int:
-        return self.config.n_queues
+        """The pool's queues now (:meth:`add_queues` adds some, :meth:`remove_queue` takes
+        one away; queue indices are never reused)."""
+        return len(self.queues) - len(self._removed)
+
+    @property
+    def queue_indices(self) -> list[int]:
+        """The indices of the pool's queues now (a removed queue's index is not reused)."""
+        return [i for i in range(len(self.queues)) if i not in self._removed]
+
+    def _in_service(self) -> list[tuple[int, Any]]:
+        """``(index, handle)`` of every queue not removed, lost or moving."""
+        return [(i, h) for i, h in enumerate(self.queues)
+                if i not in self._removed and i not in self._lost and i not in self._moving]
 
     @property
     def durability(self) -> Durability:
@@ -520,7 +542,7 @@ class QueuePool:
     def _encoding(self, n: int, options: PutOptions) -> dict[str, int]:
         """The chunk size and message size limit of a submission of ``n`` messages (the
         encoders' ``size`` and ``limit``)."""
-        spread = self.n_queues if self._route(options) is None else 1
+        spread = len(self._targets) if self._route(options) is None else 1
         return {
             "size": chunk_size(n, n_queues=spread, put_batch_size=self.put_batch_size),
             "limit": self.config.message_limit(options.type, options.key),
@@ -572,7 +594,7 @@ class QueuePool:
             if queues is not None:
                 q = queues[i]
             else:
-                q = next(self._rr) % self.n_queues if queue is None else queue
+                q = self._targets[next(self._rr) % len(self._targets)] if queue is None else queue
             # A function confirmed at a queue is not sent to it again.
             extra = {d: b for d, b in funcs.items() if d not in self._sent_funcs[q]}
             blob, token = encode_put(groups, extra), os.urandom(TOKEN_SIZE)
@@ -720,7 +742,7 @@ class QueuePool:
             for cp in list(self._consumer_pools):
                 cp._let_go_retiring(retiring)
         for q, handle in enumerate(self.queues):
-            if handle._address in retiring and q not in self._lost and q not in self._moving:
+            if handle._address in retiring and q not in self._lost and q not in self._moving and q not in self._removed:
                 self._hand_off(q)
         if joined and self._parked:
             self._unpark()
@@ -728,7 +750,7 @@ class QueuePool:
             return
         reopen = []
         for q, handle in enumerate(self.queues):
-            if handle._address not in left or q in self._lost or q in self._parked:
+            if handle._address not in left or q in self._lost or q in self._parked or q in self._removed:
                 continue
             if self.durability == "durable":
                 self._moving[q] = threading.Event()
@@ -739,8 +761,7 @@ class QueuePool:
                 self._lost[q] = handle._address
                 logger.error("queue %d of %r was lost with its worker %s", q, self, handle._address)
         try:
-            alive = [(f"queue {q}", self.queues[q]) for q in range(self.n_queues)
-                     if q not in self._lost and q not in self._moving]
+            alive = [(f"queue {q}", h) for q, h in self._in_service()]
             failed = call_all(alive, "workers_lost", sorted(left), timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
             if failed:
                 logger.warning("taking back the leases of lost workers failed: %s", failed)
@@ -796,7 +817,7 @@ class QueuePool:
 
     def _placeable_for(self, q: int) -> list[str]:
         """Workers a new actor of queue ``q`` may go to, those without a queue first."""
-        busy = {h._address for i, h in enumerate(self.queues) if i != q and i not in self._parked}
+        busy = {h._address for i, h in enumerate(self.queues) if i != q and i not in self._parked and i not in self._removed}
         workers = [w for w in self._membership.placeable() if w != self.queues[q]._address]
         return [w for w in workers if w not in busy] or workers
 
@@ -867,8 +888,8 @@ class QueuePool:
         have work) and, in a typed pool, the consumer pools' slots: at start, and after a
         queue moved (its successor starts knowing nothing). Every queue gets it, a pool's
         only one too: the call starts its housekeeping."""
-        refs = [queue_ref(h) for h in self.queues]
-        live = [(f"queue {i}", h) for i, h in enumerate(self.queues) if i not in self._lost and i not in self._moving]
+        refs = [None if i in self._removed else queue_ref(h) for i, h in enumerate(self.queues)]
+        live = [(f"queue {i}", h) for i, h in self._in_service()]
         failed = call_all(live, "set_peers", refs, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
         for owner, slots in list(self._slots.items()):
             failed += call_all(live, "set_slots", owner, slots, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
@@ -882,7 +903,7 @@ class QueuePool:
         self._slots[owner] = slots
         if not slots:
             del self._slots[owner]
-        live = [(f"queue {i}", h) for i, h in enumerate(self.queues) if i not in self._lost and i not in self._moving]
+        live = [(f"queue {i}", h) for i, h in self._in_service()]
         failed = call_all(live, "set_slots", owner, slots, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
         if failed:
             logger.warning("telling the queues the consumers' slots failed: %s", failed)
@@ -897,6 +918,145 @@ class QueuePool:
     def _check_open(self) -> None:
         if self._closed:
             raise QueueClosedError(f"{self!r} is closed")
+
+    # -- changing the number of queues ----------------------------------------------------------
+
+    def add_queues(self, k: int = 1) -> list[int]:
+        """Add ``k`` queues to the pool (on workers without a queue first); return their indices.
+
+        New messages are spread over every queue from now on. Keys move on the ring (see the
+        README's "Routing by key"): only the keys on the arcs the new queues take over move,
+        about ``k/(n+k)`` of them, and their waiting messages go with them, in put order (a
+        key whose message is running keeps it where it is, and its next message waits for
+        it). In a typed pool the types move the same way. Moved messages keep their ids.
+        Consumers learn of the new queues at once. Raises :class:`ConfigurationError` for a
+        bad ``k`` and :class:`QueueLostError` if a queue that must give up messages is lost.
+        """
+        self._check_open()
+        check_number("k", k, integer=True, at_least=1, at_most=MAX_QUEUES - len(self.queues))
+        old = len(self.queues)
+        new = list(range(old, old + k))
+        config = dataclasses.replace(self.config, n_queues=old + k)
+        previous, self.config = self.config, config
+        try:
+            queue_class, queue_args = self._queue_actor_args()
+        except BaseException:
+            self.config = previous
+            raise
+        workers = self._membership.placeable()
+        busy = {h._address for i, h in enumerate(self.queues) if i not in self._removed}
+        free = [w for w in workers if w not in busy] or workers
+        futures = [
+            self.client.submit(queue_class, *queue_args[q], **self._queue_kwargs(), actor=True, pure=False,
+                               workers=[free[j % len(free)]], allow_other_workers=len(free) < k)
+            for j, q in enumerate(new)
+        ]
+        try:
+            handles = _results_or_raise(futures)
+        except BaseException:
+            self.config = previous
+            raise
+        direct = isinstance(self.queues[0], DirectActor)
+        self.queues += direct_handles(handles, direct=direct)
+        self._queue_futures += futures
+        self._sent_funcs += [set() for _ in new]
+        self._put_counts += [0] * k
+        self._collector.add_queues(k)
+        self._share_peers()
+        nodes = self._targets + new
+        for cp in list(self._consumer_pools):
+            cp._queues_changed()
+        moved = self._move_from([q for q in self._targets if q not in self._lost], nodes, everything=False)
+        self._route_to(nodes)
+        logger.info("%r: added queues %s; %d waiting messages moved to them", self, new, moved)
+        return new
+
+    def remove_queue(self, index: int, *, timeout_s: float | None = None) -> int:
+        """Take queue ``index`` out of the pool; return how many of its messages moved.
+
+        No new message goes to it from the start. Its waiting messages move to the other
+        queues (keyed ones to their key's new queue, in put order; the others spread), those
+        running there finish there (failures retry there, then move), its outcomes are
+        fetched, and then it closes; consumers stop calling it. Its index is not reused (ids
+        stay unique). Raises :class:`ConfigurationError` for an unknown index or the last
+        queue, and :class:`JoinTimeoutError` after ``timeout_s`` while messages still run
+        there (it stays out of routing; call again to finish).
+        """
+        self._check_open()
+        check_number("index", index, integer=True, at_least=0)
+        if index >= len(self.queues) or index in self._removed:
+            raise ConfigurationError(f"{self!r} has no queue {index} (its queues: {self.queue_indices})")
+        if index in self._lost:
+            raise self._lost_error(index)
+        nodes = [q for q in self._targets if q != index]
+        if not nodes:
+            raise ConfigurationError(f"queue {index} is the last queue of {self!r}: close the pool instead")
+        self._route_to(nodes)
+        for cp in list(self._consumer_pools):
+            cp._queues_changed()  # homes move off it; it is still served until it is drained
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        moved = 0
+        while True:
+            moved += self._move_from([index], nodes, everything=True)
+            s = self._answer_or_ask_again(index, self._call(index, "stats"), "stats")
+            if s.pending == 0:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise JoinTimeoutError(timeout_s or 0.0, {"ready": s.ready, "delayed": s.delayed, "leased": s.leased})
+            self._check_scheduler()
+            time.sleep(defaults.MOVE_POLL_S)
+        self.poll_outcomes(queue_index=index)  # every outcome it holds, before it goes
+        self._take_out(index)
+        if self.durability == "durable":
+            record_removed(self.dirpath, index)  # type: ignore[arg-type]
+        self._share_peers()
+        for cp in list(self._consumer_pools):
+            cp._queues_changed()
+        logger.info("%r: queue %d removed; %d of its messages moved to the others", self, index, moved)
+        return moved
+
+    def _take_out(self, q: int) -> None:
+        """Queue ``q`` is drained: close its actor and forget it (its index stays taken)."""
+        failed = call_all([(f"queue {q}", self.queues[q])], "close", timeout_s=defaults.STOP_TIMEOUT_S)
+        if failed:
+            logger.warning("closing removed queue %d failed: %s", q, failed)
+        free_actor(self._queue_futures[q], self.queues[q])
+        self._removed.add(q)
+        self._collector.removed.add(q)
+        self._route_to([i for i in self._targets if i != q])
+
+    def _route_to(self, nodes: list[int]) -> None:
+        """New messages go to queues ``nodes`` from now on (keys and types by the ring)."""
+        self._targets = list(nodes)
+        self._key_ring = HashRing(nodes)
+        if self._type_ring is not None:
+            self._type_ring = HashRing(nodes)
+
+    def _move_from(self, sources: list[int], nodes: list[int], *, everything: bool) -> int:
+        """Have queues ``sources`` hand the messages the ring of ``nodes`` routes elsewhere
+        to their queues (all of them with ``everything``); record the moves so that their
+        outcomes come back under their old ids; return how many moved. A destination that
+        did not answer is asked again (the move is idempotent); still failing, raises
+        :class:`QueueLostError` for that source."""
+        typed = self._type_ring is not None
+        total = 0
+        for attempt in range(defaults.PUT_ATTEMPTS):
+            calls = [(q, self._call(q, "move_out", nodes, typed, everything)) for q in sources]
+            retry = []
+            for q, pending in calls:
+                runs, failed = self._answer_or_ask_again(q, pending, "move_out", nodes, typed, everything)
+                self._collector.moved(runs, q)
+                for _, count, dest, _ in runs:
+                    self._put_counts[q] -= count
+                    self._put_counts[dest] += count
+                    total += count
+                if failed:
+                    logger.warning("queue %d: moving messages failed (%s); trying again", q, "; ".join(failed))
+                    retry.append(q)
+            if not retry:
+                return total
+            sources = retry
+        raise QueueLostError(sources[0], self.queues[sources[0]]._address, self.durability)
 
     # -- outcomes -----------------------------------------------------------------------------
     #
@@ -932,8 +1092,10 @@ class QueuePool:
         """
         check_number("task_id", task_id, integer=True, at_least=0)
         queue_index, _ = split_id(task_id)
-        if queue_index >= self.n_queues:
-            raise ConfigurationError(f"task_id {task_id} names queue {queue_index}; {self!r} has {self.n_queues}")
+        if queue_index >= len(self.queues):
+            raise ConfigurationError(f"task_id {task_id} names queue {queue_index}; {self!r} has {len(self.queues)}")
+        if self._collector.has_moves() or queue_index in self._removed:
+            queue_index = None  # its outcome may come from the queue it moved to
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             known, value = self._collector.outcome(task_id)
@@ -944,14 +1106,17 @@ class QueuePool:
             left = defaults.RESULT_POLL_SLICE_S if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 raise JoinTimeoutError(timeout_s or 0.0, {"pending": 1})
-            self.poll_outcomes(wait_s=min(left, defaults.RESULT_POLL_SLICE_S), queue_index=queue_index)
+            self.poll_outcomes(wait_s=min(left, defaults.RESULT_POLL_SLICE_S) if queue_index is not None else 0.0,
+                               queue_index=queue_index)
+            if queue_index is None:
+                time.sleep(defaults.POLL_INTERVAL_S)
 
     # -- inspection and lifetime ----------------------------------------------------------------
 
     def stats(self) -> list[QueueStats]:
         """A :class:`QueueStats` per queue, in queue order."""
-        futures = [self._call(i, "stats") for i in range(self.n_queues)]
-        return [self._answer_or_ask_again(i, f, "stats") for i, f in enumerate(futures)]
+        futures = [(i, self._call(i, "stats")) for i in self.queue_indices]
+        return [self._answer_or_ask_again(i, f, "stats") for i, f in futures]
 
     def _answer_or_ask_again(self, q: int, pending: _Pending, method: str, *args: Any) -> Any:
         """``_answer``, asking the queue again where it moved to if it moved meanwhile (for
@@ -971,7 +1136,7 @@ class QueuePool:
             return
         self._closed = True
         self._membership.remove_listener(self)
-        live = [(f"queue {i}", q) for i, q in enumerate(self.queues) if i not in self._lost]
+        live = [(f"queue {i}", q) for i, q in enumerate(self.queues) if i not in self._lost and i not in self._removed]
         failed = call_all(live, "close", timeout_s=defaults.STOP_TIMEOUT_S)
         if failed:
             logger.warning("closing queues failed: %s", failed)
