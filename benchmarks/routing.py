@@ -4,10 +4,18 @@ For n = 2..16 queues, ``--keys`` keys (``"key-<i>"``) are routed with daskqueue'
 (``daskqueue.queue.ring.HashRing``, 128 points per queue) and with ``stable_hash(key) % n``;
 then a queue is added (n + 1) and the fraction of keys whose queue changed is counted. The
 ideal for adding one queue is 1/(n+1); modulo moves about n/(n+1). Also reported: how evenly
-the ring spreads the keys (largest queue's share over the mean). Pure computation: no cluster.
+the ring spreads the keys (largest queue's share over the mean).
+
+Then the same on a real cluster (``--cluster-keys`` keys, one waiting message each, on a
+transient pool of n = 2, 4 and 8 queues with no consumers): ``QueuePool.add_queues(1)``
+moves the waiting messages of the keys the new queue takes over; the fraction of messages
+that moved (what the new queue holds) is reported beside what ``hash % n`` would move, and the
+time the call took beside the time the same messages took to put.
 """
 
 from __future__ import annotations
+
+import time
 
 from benchmarks import common
 from benchmarks.common import log, positive, row
@@ -26,9 +34,32 @@ def moved_fraction(n: int, keys: list[str]) -> dict:
             "ring_max_over_mean": max(load) / (len(keys) / n)}
 
 
+def measured_moves(client, n: int, keys: list[str]) -> dict:
+    """Put one message per key on a pool of ``n`` queues, add a queue; what moved, how fast."""
+    from daskqueue import QueuePool
+
+    qp = QueuePool(client, n)
+    try:
+        started = time.perf_counter()
+        qp.put_many(range(len(keys)), keys=keys)
+        put_s = time.perf_counter() - started
+        started = time.perf_counter()
+        qp.add_queues(1)
+        add_s = time.perf_counter() - started
+        stats = {s.index: s for s in qp.stats()}
+        assert sum(s.ready for s in stats.values()) == len(keys), "a message went missing"
+        moved = stats[n].ready / len(keys)
+    finally:
+        qp.close()
+    hashes = [stable_hash(k) for k in keys]
+    return {"n": n, "moved": moved, "modulo_moved": sum(h % n != h % (n + 1) for h in hashes) / len(keys),
+            "ideal": 1 / (n + 1), "add_s": add_s, "put_s": put_s}
+
+
 def main() -> None:
     p = common.parser("routing", __doc__)
     p.add_argument("--keys", type=positive, default=100_000, help="keys routed")
+    p.add_argument("--cluster-keys", type=positive, default=50_000, help="keys (one message each) moved on a cluster")
     args = p.parse_args()
     env = common.environment("routing")
     keys = [f"key-{i}" for i in range(args.keys)]
@@ -45,6 +76,18 @@ def main() -> None:
         row(f"keys moved at n={worst['n']} (the ring's worst vs ideal)", worst["ring_moved"], "fraction",
             "ideal 1/(n+1)", worst["ideal"], better="lower"),
     ]
+    cluster_keys = [f"key-{i}" for i in range(args.cluster_keys)]
+    with common.local_cluster(2) as client:
+        details["cluster"] = [measured_moves(client, n, cluster_keys) for n in (2, 4, 8)]
+    for d in details["cluster"]:
+        log(f"cluster n={d['n']}: add_queues(1) moved {d['moved']:.3f} of the waiting messages (ideal "
+            f"{d['ideal']:.3f}, modulo {d['modulo_moved']:.3f}) in {d['add_s']:.3f} s (put: {d['put_s']:.3f} s)")
+    for d in details["cluster"]:
+        rows.append(row(f"messages moved by add_queues(1), n={d['n']}, {len(cluster_keys):,} keys", d["moved"],
+                        "fraction", "hash % n", d["modulo_moved"], better="lower"))
+    slowest = max(details["cluster"], key=lambda d: d["add_s"])
+    rows.append(row(f"add_queues(1) time, n={slowest['n']} (slowest)", slowest["add_s"], "s",
+                    "putting the messages", slowest["put_s"], better="lower"))
     common.report("routing", args, rows, details, env=env)
 
 

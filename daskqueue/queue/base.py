@@ -95,6 +95,7 @@ class QueueStats:
     total_worker_lost: int  # leased to a consumer whose worker died: taken back at once
     get_calls: int
     closed: bool
+    total_moved: int = 0  # handed to another queue by add_queues / remove_queue
 
     @property
     def pending(self) -> int:
@@ -1036,6 +1037,7 @@ class QueueActorBase:
             total_worker_lost=s.total_taken_back,
             get_calls=self._get_calls,
             closed=self._closed,
+            total_moved=s.total_moved,
         )
 
     async def close(self) -> None:
