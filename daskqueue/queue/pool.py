@@ -682,8 +682,8 @@ class QueuePool:
             try:
                 return future.result(timeout=LOST_CHECK_S)
             except TimeoutError as e:
-                if future.done():
-                    raise
+                if future.done():  # answered as the wait timed out (or a remote TimeoutError)
+                    return future.result()
                 self._check_scheduler()
                 if self._gone(q, handle):
                     raise self._lost_error(q, handle) from e
