@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from daskqueue import defaults
+from daskqueue import defaults, metrics
 from daskqueue.errors import LeaseExpiredError, QueueHandedOffError, QueueLostError
 from daskqueue.messages import Kind, Message, Task, error_from_exception, make_id
 from daskqueue.queue.handles import ORPHAN_CHECK_S, released_actor, worker_handle
@@ -100,6 +100,17 @@ class ConsumerStats:
     batch_size: int
     refused_settlements: int
     fetch_calls: int
+    busy_slots: int = 0  # batches running now (not counting those fetched ahead)
+    #: Task durations: the count of tasks whose run took at most each of
+    #: ``DURATION_BUCKETS_S`` (cumulative, as Prometheus histograms are), their total, and
+    #: the sum of their durations. A batch's tasks count its mean time per task each.
+    duration_buckets: tuple[int, ...] = ()
+    duration_count: int = 0
+    duration_sum_s: float = 0.0
+
+
+#: Upper bounds (seconds) of the task-duration histogram of :class:`ConsumerStats`.
+DURATION_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0)
 
 
 class ConsumerBase:
@@ -182,6 +193,10 @@ class ConsumerBase:
         self._setup_done = False
         self._batches = self._items_done = self._items_failed = 0
         self._refused = self._fetch_calls = 0
+        self._running_batches = 0
+        self._duration_buckets = [0] * len(DURATION_BUCKETS_S)
+        self._duration_count = 0
+        self._duration_sum_s = 0.0
         self._per_item_s: float | None = None
         # Per message type, when batches hold one type (a fair or capped pool): the same
         # adaptive size, sent with each fetch once two types were seen, so that a queue
@@ -227,6 +242,7 @@ class ConsumerBase:
             await self._start()
 
     async def _start(self) -> None:
+        metrics.ensure_registered()  # this worker's /metrics shows its consumers
         if self._loop_task is not None:
             return
         self._stop_requested = self._halt_items = False
@@ -339,6 +355,10 @@ class ConsumerBase:
             batch_size=self._batch_size,
             refused_settlements=self._refused,
             fetch_calls=self._fetch_calls,
+            busy_slots=self._running_batches,
+            duration_buckets=tuple(self._duration_buckets),
+            duration_count=self._duration_count,
+            duration_sum_s=self._duration_sum_s,
         )
 
     # -- calls to the queues: local ones awaited directly, remote ones with a deadline ----------
@@ -614,7 +634,12 @@ class ConsumerBase:
         try:
             if self.early_ack:
                 await self._settle(batch, Outcome(batch.count, {}, set(), []), early=True)
-            outcome, run_s = await self._run(batch)
+            self._running_batches += 1
+            try:
+                outcome, run_s = await self._run(batch)
+            finally:
+                self._running_batches -= 1
+            self._observe(outcome.done, run_s)
             if not batch.reserved:
                 self._adapt(outcome.done, run_s)
                 self._adapt_type(batch, outcome.done, run_s)
@@ -665,6 +690,17 @@ class ConsumerBase:
             left -= seg.count
         await self._call_moving(batch.queue_slot, "record_outcomes", ranges, outcome.errors, _dump_results(outcome))
         self._count(outcome)
+
+    def _observe(self, done: int, run_s: float) -> None:
+        """Count ``done`` tasks that took ``run_s`` in all in the duration histogram."""
+        if done <= 0:
+            return
+        per = run_s / done
+        for i, bound in enumerate(DURATION_BUCKETS_S):
+            if per <= bound:
+                self._duration_buckets[i] += done
+        self._duration_count += done
+        self._duration_sum_s += run_s
 
     def _count(self, outcome: Outcome) -> None:
         self._batches += 1

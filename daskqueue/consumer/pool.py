@@ -20,7 +20,7 @@ from typing import Any
 import cloudpickle
 from distributed import Client
 
-from daskqueue import defaults
+from daskqueue import defaults, registry
 from daskqueue.consumer.base import ConsumerBase, ConsumerStats, Isolation
 from daskqueue.consumer.general import GeneralConsumer
 from daskqueue.errors import (
@@ -145,6 +145,7 @@ class ConsumerPool:
         self._members = [self._await_member(i, f) for i, f in futures]
         self._membership.add_listener(self)
         queue_pool._attach(self)
+        registry.register_consumers(self)
 
     # -- consumers: creation, placement -------------------------------------------------------
 
@@ -246,6 +247,8 @@ class ConsumerPool:
                     self.replaced += 1
         if self.running:
             self._tell_slots()
+        if joined or left or retiring:
+            registry.register_consumers(self)
 
     def _let_go_retiring(self, retiring: set[str]) -> list[_Member]:
         """Consumers on retiring workers: stop (running items finish, fetched ones go back to
@@ -380,6 +383,7 @@ class ConsumerPool:
         ``STOP_TIMEOUT_S`` (25 s) even if workers died. Idempotent."""
         self._closed = True
         self._membership.remove_listener(self)
+        registry.unregister_consumers(self)
         failed = self._call_all("close")
         if failed:
             logger.warning("closing consumers failed: %s", failed)

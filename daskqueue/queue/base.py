@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
-from daskqueue import defaults
+from daskqueue import defaults, metrics
 from daskqueue.errors import (
     LeaseExpiredError,
     PayloadTooLargeError,
@@ -216,6 +216,7 @@ class QueueActorBase:
             if self._core.policy.typed:
                 self._gossip = asyncio.get_running_loop().create_task(self._gossip_forever())
             self._check_fences_soon()  # fences handed over by a predecessor
+            metrics.ensure_registered()  # this worker's /metrics shows its queues
 
     def _check_serving(self) -> None:
         if self._handed_off:

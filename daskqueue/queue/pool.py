@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Literal, NamedTuple, Sequence, Union
 
 from distributed import Client
 
-from daskqueue import defaults
+from daskqueue import defaults, registry
 from daskqueue.errors import (
     ConfigurationError,
     JoinTimeoutError,
@@ -261,6 +261,7 @@ class QueuePool:
                 self._take_out(q)  # drained and taken out by an earlier pool on this directory
         self._share_peers()
         self._membership.add_listener(self)
+        registry.register_pool(self)
         logger.info("%r started", self)
 
     def _start_queues(self) -> list[Any]:
@@ -882,6 +883,7 @@ class QueuePool:
         for cp in list(self._consumer_pools):
             cp._queue_moved(q, handle)
         self._share_peers()
+        registry.register_pool(self)
 
     def _share_peers(self) -> None:
         """Tell every queue where the others are (they announce to each other when they
@@ -968,6 +970,7 @@ class QueuePool:
             cp._queues_changed()
         moved = self._move_from([q for q in self._targets if q not in self._lost], nodes, everything=False)
         self._route_to(nodes)
+        registry.register_pool(self)
         logger.info("%r: added queues %s; %d waiting messages moved to them", self, new, moved)
         return new
 
@@ -1010,6 +1013,7 @@ class QueuePool:
         if self.durability == "durable":
             record_removed(self.dirpath, index)  # type: ignore[arg-type]
         self._share_peers()
+        registry.register_pool(self)
         for cp in list(self._consumer_pools):
             cp._queues_changed()
         logger.info("%r: queue %d removed; %d of its messages moved to the others", self, index, moved)
@@ -1136,6 +1140,8 @@ class QueuePool:
             return
         self._closed = True
         self._membership.remove_listener(self)
+        if self._membership.scheduler_lost() is None:
+            registry.unregister_pool(self)
         live = [(f"queue {i}", q) for i, q in enumerate(self.queues) if i not in self._lost and i not in self._removed]
         failed = call_all(live, "close", timeout_s=defaults.STOP_TIMEOUT_S)
         if failed:
