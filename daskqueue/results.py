@@ -83,6 +83,19 @@ class ResultCollector:
             self._claim_starts += [[] for _ in range(k)]
             self._claims += [[] for _ in range(k)]
 
+    def take(self, ids: set[int] | None = None) -> list[tuple[int, Any]]:
+        """Remove and return the outcomes received: ``(task_id, value)`` of a success and
+        ``(task_id, RemoteTaskError)`` of a failure; only those of ``ids`` if given. Taking
+        everything replaces the dicts, so the memory they held is freed."""
+        with self._lock:
+            if ids is None:
+                out = list(self.results.items()) + list(self.failures.items())
+                self.results, self.failures = {}, {}
+                return out
+            out = [(i, self.results.pop(i)) for i in ids if i in self.results]
+            out += [(i, self.failures.pop(i)) for i in ids if i in self.failures]
+            return out
+
     def has_moves(self) -> bool:
         return bool(self._moved_starts)
 

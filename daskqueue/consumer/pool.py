@@ -9,13 +9,14 @@ the pool's lock.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 import uuid
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, AsyncIterator, Iterable, Iterator
 
 import cloudpickle
 from distributed import Client
@@ -32,7 +33,7 @@ from daskqueue.errors import (
 )
 from daskqueue.membership import membership
 from daskqueue.queue.handles import call_all, free_actor, queue_ref
-from daskqueue.queue.pool import QueuePool
+from daskqueue.queue.pool import QueuePool, _not_in_client_loop
 from daskqueue.validate import check_choice, check_number
 
 __all__ = ["ConsumerPool"]
@@ -136,6 +137,23 @@ class ConsumerPool:
         self._closed = False
         self._id = uuid.uuid4().hex  # how the queues of a typed pool tell our slots apart
         self.replaced = 0
+        self._opening: Any = None
+        if client.asynchronous:  # see QueuePool: ``await ConsumerPool(...)`` starts it on a thread
+            self._opening = lambda: self._open(n_consumers)
+            return
+        self._open(n_consumers)
+
+    def __await__(self) -> Any:
+        """``cp = await ConsumerPool(async_client, qp)``: start the consumers without blocking."""
+        async def opened() -> ConsumerPool:
+            if self._opening is not None:
+                opening, self._opening = self._opening, None
+                await asyncio.to_thread(opening)
+            return self
+        return opened().__await__()
+
+    def _open(self, n_consumers: int | None) -> None:
+        client, queue_pool = self.client, self.queue_pool
         self._membership = membership(client)
         workers = self._membership.placeable()
         if not workers:
@@ -322,6 +340,7 @@ class ConsumerPool:
 
     def start(self) -> None:
         """Start every consumer (idempotent). Consumers that join later start on their own."""
+        _not_in_client_loop(self.client)
         self._started = True
         failed = self._call_all("start")
         if failed:
@@ -336,6 +355,7 @@ class ConsumerPool:
 
     def cancel(self) -> None:
         """Stop every consumer: running items finish, fetched-but-unstarted ones are released
+        _not_in_client_loop(self.client)
         back to their queues, every fetched batch is settled. ``start()`` resumes. Returns
         within ``STOP_TIMEOUT_S`` (25 s) even if workers died."""
         self._started = False
@@ -346,6 +366,7 @@ class ConsumerPool:
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until every message in the pool's queues is settled (acked or dead-lettered)
+        _not_in_client_loop(self.client)
         and no consumer holds work; fetch results on the way.
 
         Raises :class:`JoinTimeoutError` with the counts after ``timeout`` seconds,
@@ -356,30 +377,81 @@ class ConsumerPool:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self.queue_pool.poll_outcomes()
-            # Queues first, then consumers: with early ack a message leaves the queue before
-            # it runs, and it is counted by its consumer from before it leaves the queue.
-            try:
-                qstats = self.queue_pool.stats()
-            except QueueMovedError:  # a durable queue is still being reopened: wait on
-                self.queue_pool._check_scheduler()
-                if deadline is not None and time.monotonic() > deadline:
-                    raise
-                continue
-            pending = sum(s.pending for s in qstats)
-            inflight = 0 if pending else sum(s.inflight_items for s in self.stats())
-            if pending == 0 and inflight == 0:
+            if self._settled_all(deadline, timeout):
                 self.queue_pool.poll_outcomes()
                 return
-            if not self.queue_pool._has_running_consumers():
-                raise NoConsumersError(f"{pending:,} messages are pending and no consumer pool "
-                                       f"of {self.queue_pool!r} is started: call start() first")
+            self.queue_pool._check_scheduler()
+            time.sleep(defaults.POLL_INTERVAL_S)
+
+    def _settled_all(self, deadline: float | None, timeout: float | None) -> bool:
+        """Whether every message of the queue pool is settled and no consumer holds work;
+        raises what ``join`` raises (no consumers, past the deadline)."""
+        # Queues first, then consumers: with early ack a message leaves the queue before
+        # it runs, and it is counted by its consumer from before it leaves the queue.
+        try:
+            qstats = self.queue_pool.stats()
+        except QueueMovedError:  # a durable queue is still being reopened: wait on
+            self.queue_pool._check_scheduler()
             if deadline is not None and time.monotonic() > deadline:
-                raise JoinTimeoutError(timeout or 0.0, _join_counts(qstats, inflight))
+                raise
+            return False
+        pending = sum(s.pending for s in qstats)
+        inflight = 0 if pending else sum(s.inflight_items for s in self.stats())
+        if pending == 0 and inflight == 0:
+            return True
+        if not self.queue_pool._has_running_consumers():
+            raise NoConsumersError(f"{pending:,} messages are pending and no consumer pool "
+                                   f"of {self.queue_pool!r} is started: call start() first")
+        if deadline is not None and time.monotonic() > deadline:
+            raise JoinTimeoutError(timeout or 0.0, _join_counts(qstats, inflight))
+        return False
+
+    def as_completed(self, ids: Iterable[int] | None = None, *,
+                     timeout: float | None = None) -> Iterator[tuple[int, Any]]:
+        """Yield ``(task_id, outcome)`` as outcomes arrive, and forget each once yielded:
+        ``outcome`` is the task's return value, or a :class:`RemoteTaskError` if it was
+        dead-lettered. With ``ids``, yields exactly those tasks' outcomes, then stops;
+        without, every outcome that arrives until the pool is idle (what ``join`` waits
+        for), then stops. Outcomes taken here are not in ``results()`` / ``failures()``.
+
+        Client memory stays flat however many tasks stream through (one poll's outcomes at
+        a time): the call to use for millions of tasks. Raises what ``join`` raises
+        (:class:`JoinTimeoutError` after ``timeout`` seconds).
+        """
+        for batch in self._outcome_batches(ids, timeout):
+            yield from batch
+
+    def _outcome_batches(self, ids: Iterable[int] | None, timeout: float | None) -> Iterator[list[tuple[int, Any]]]:
+        """The outcomes of ``as_completed``, a poll's worth at a time."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wanted = None if ids is None else set(ids)
+        collector = self.queue_pool._collector
+        while wanted is None or wanted:
+            self.queue_pool.poll_outcomes(wait_s=0.0)
+            batch = collector.take(wanted)
+            if batch:
+                if wanted is not None:
+                    wanted.difference_update(i for i, _ in batch)
+                yield batch
+                continue
+            if self._settled_all(deadline, timeout):
+                self.queue_pool.poll_outcomes()
+                batch = collector.take(wanted)
+                if batch:
+                    yield batch
+                if wanted is not None:
+                    wanted.difference_update(i for i, _ in batch)
+                    if wanted:
+                        raise ConfigurationError(
+                            f"{len(wanted):,} of the ids (e.g. {min(wanted)}) have no outcome to come: "
+                            "taken already (by as_completed or results(clear=True)), or not of this pool")
+                return
             self.queue_pool._check_scheduler()
             time.sleep(defaults.POLL_INTERVAL_S)
 
     def close(self) -> None:
         """Stop every consumer and end its threads and child process. Returns within
+        _not_in_client_loop(self.client)
         ``STOP_TIMEOUT_S`` (25 s) even if workers died. Idempotent."""
         self._closed = True
         self._membership.remove_listener(self)
@@ -398,10 +470,10 @@ class ConsumerPool:
 
     # -- outcomes -----------------------------------------------------------------------------
 
-    def results(self) -> dict[int, Any]:
+    def results(self, *, clear: bool = False) -> dict[int, Any]:
         """``{task_id: return value}`` of every acked task so far (``map`` keeps its own);
-        :meth:`QueuePool.results`."""
-        return self.queue_pool.results()
+        :meth:`QueuePool.results` (``clear=True`` forgets those returned)."""
+        return self.queue_pool.results(clear=clear)
 
     def result(self, task_id: int, timeout: float | None = None) -> Any:
         """The return value of one task, waiting for it (long-polling its queue).
@@ -412,13 +484,40 @@ class ConsumerPool:
         """
         return self.queue_pool.result(task_id, timeout_s=timeout)
 
-    def failures(self) -> dict[int, RemoteTaskError]:
+    def failures(self, *, clear: bool = False) -> dict[int, RemoteTaskError]:
         """``{task_id: RemoteTaskError}`` of every dead-lettered task so far;
         :meth:`QueuePool.failures`."""
-        return self.queue_pool.failures()
+        return self.queue_pool.failures(clear=clear)
+
+    # -- the same from an event loop -------------------------------------------------------------
+
+    async def start_async(self) -> None:
+        """:meth:`start`, awaited (on a thread)."""
+        await asyncio.to_thread(self.start)
+
+    async def join_async(self, timeout: float | None = None) -> None:
+        """:meth:`join`, awaited: it waits on a thread, so the event loop goes on."""
+        await asyncio.to_thread(self.join, timeout)
+
+    async def as_completed_async(self, ids: Iterable[int] | None = None, *,
+                                 timeout: float | None = None) -> AsyncIterator[tuple[int, Any]]:
+        """:meth:`as_completed` for ``async for``: each poll's outcomes are fetched on a thread."""
+        batches = self._outcome_batches(None if ids is None else list(ids), timeout)
+        while True:
+            batch = await asyncio.to_thread(next, batches, None)
+            if batch is None:
+                return
+            for item in batch:
+                yield item
+
+    async def close_async(self) -> None:
+        """:meth:`close`, awaited (on a thread)."""
+        if self._opening is None:
+            await asyncio.to_thread(self.close)
 
     def stats(self) -> list[ConsumerStats]:
         """A :class:`ConsumerStats` per live consumer, in the order of :attr:`consumers`.
+        _not_in_client_loop(self.client)
         A consumer whose worker died is left out (the pool replaces it on its own). Starts
         nothing; bounded by ``CONTROL_CALL_TIMEOUT_S`` per call."""
         calls = [(m, m.handle.stats()) for m in self._live()]

@@ -10,6 +10,7 @@ dead address.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import html
 import itertools
@@ -146,6 +147,15 @@ def _one_argument(chunk: Sequence[Any]) -> list[tuple[Any]]:
     return [(x,) for x in chunk]
 
 
+def _not_in_client_loop(client: Client) -> None:
+    """Raise :class:`ConfigurationError` if called in an asynchronous client's event loop,
+    where a blocking call would wait forever for the loop it blocks."""
+    if client.asynchronous:
+        raise ConfigurationError("this call blocks, and it was made in the event loop of an asynchronous "
+                                 "Client: use its *_async form (await qp.map_async(...), "
+                                 "await cp.join_async(), async for ... in cp.as_completed_async())")
+
+
 def _progress_bar(total: int) -> Any:
     """A tqdm bar for ``total`` tasks (tqdm is imported only when a bar is asked for)."""
     from tqdm.auto import tqdm
@@ -231,6 +241,28 @@ class QueuePool:
         )
         self.client = client
         self.name = check_optional_str("name", name) or f"queuepool-{uuid.uuid4().hex[:8]}"
+        self.queues: list[Any] = []
+        self._removed: set[int] = set()
+        self._closed = False
+        self._opening: Callable[[], None] | None = None
+        if client.asynchronous:
+            # Made in the event loop of an asynchronous Client: blocking here would stall the
+            # loop the calls need. ``await QueuePool(...)`` starts it on a thread.
+            self._opening = lambda: self._open(direct_to_workers)
+            return
+        self._open(direct_to_workers)
+
+    def __await__(self) -> Any:
+        """``qp = await QueuePool(async_client, ...)``: start the queues without blocking the loop."""
+        async def opened() -> QueuePool:
+            if self._opening is not None:
+                opening, self._opening = self._opening, None
+                await asyncio.to_thread(opening)
+            return self
+        return opened().__await__()
+
+    def _open(self, direct_to_workers: bool | None) -> None:
+        client = self.client
         self._membership = membership(client)
         queues = self._start_queues()
         if direct_to_workers is None:
@@ -249,7 +281,6 @@ class QueuePool:
         self._moving: dict[int, threading.Event] = {}  # queues being reopened or handed off
         self._parked: dict[int, bytes] = {}  # handed-off state waiting for a worker to join
         self._consumer_pools: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._closed = False
         # Typed pools: every message of a type goes to one queue, so that queue's count of
         # the type's running batches is the pool's (caps are exact); the queues tell each
         # other their ready counts per type (shares are pool-wide).
@@ -918,8 +949,12 @@ class QueuePool:
             moving.set()
 
     def _check_open(self) -> None:
+        if self._opening is not None:
+            raise ConfigurationError(f"{self!r} was made with an asynchronous client: await it first "
+                                     "(qp = await QueuePool(client, ...))")
         if self._closed:
             raise QueueClosedError(f"{self!r} is closed")
+        _not_in_client_loop(self.client)
 
     # -- changing the number of queues ----------------------------------------------------------
 
@@ -1076,17 +1111,34 @@ class QueuePool:
         ``wait_s`` passes (a long poll). Thread-safe: polls run one at a time. Raises
         :class:`QueueLostError` for a queue whose worker is gone.
         """
+        _not_in_client_loop(self.client)
         return self._collector.poll(wait_s=wait_s, queue_index=queue_index)
 
-    def results(self) -> dict[int, Any]:
-        """``{task_id: return value}`` of every task acked so far (fetched now; a copy)."""
-        self.poll_outcomes()
-        return dict(self._collector.results)
+    def results(self, *, clear: bool = False) -> dict[int, Any]:
+        """``{task_id: return value}`` of every task acked so far (fetched now; a copy).
 
-    def failures(self) -> dict[int, RemoteTaskError]:
-        """``{task_id: RemoteTaskError}`` of every task dead-lettered so far (fetched now; a copy)."""
+        The pool keeps every result until it is taken: with ``clear=True`` the results
+        returned are forgotten (the next call returns only newer ones). For millions of tasks
+        use ``ConsumerPool.as_completed`` (or ``clear=True``) so that client memory stays flat.
+        """
         self.poll_outcomes()
-        return dict(self._collector.failures)
+        collector = self._collector
+        if not clear:
+            return dict(collector.results)
+        with collector._lock:
+            out, collector.results = collector.results, {}
+        return out
+
+    def failures(self, *, clear: bool = False) -> dict[int, RemoteTaskError]:
+        """``{task_id: RemoteTaskError}`` of every task dead-lettered so far (fetched now; a
+        copy); ``clear=True`` forgets those returned, as for :meth:`results`."""
+        self.poll_outcomes()
+        collector = self._collector
+        if not clear:
+            return dict(collector.failures)
+        with collector._lock:
+            out, collector.failures = collector.failures, {}
+        return out
 
     def result(self, task_id: int, timeout_s: float | None = None) -> Any:
         """The return value of task ``task_id``, waiting for it (long-polling its queue).
@@ -1115,10 +1167,41 @@ class QueuePool:
             if queue_index is None:
                 time.sleep(defaults.POLL_INTERVAL_S)
 
+    # -- the same from an event loop (an asynchronous Client, a notebook cell, a service) -------
+
+    async def map_async(self, func: Callable[..., Any], iterable: Iterable[Any], **kwargs: Any) -> list[Any]:
+        """:meth:`map`, awaited: it runs on a thread, so the event loop (and an asynchronous
+        Client's calls) go on meanwhile."""
+        items = list(iterable)
+        return await asyncio.to_thread(self.map, func, items, **kwargs)
+
+    async def batch_submit_async(self, tasks: Iterable[Sequence[Any]], **kwargs: Any) -> list[int]:
+        """:meth:`batch_submit`, awaited (on a thread)."""
+        tasks = list(tasks)
+        return await asyncio.to_thread(self.batch_submit, tasks, **kwargs)
+
+    async def put_many_async(self, items: Iterable[Any], **kwargs: Any) -> list[int]:
+        """:meth:`put_many`, awaited (on a thread)."""
+        items = list(items)
+        return await asyncio.to_thread(self.put_many, items, **kwargs)
+
+    async def result_async(self, task_id: int, timeout_s: float | None = None) -> Any:
+        """:meth:`result`, awaited (on a thread)."""
+        return await asyncio.to_thread(self.result, task_id, timeout_s)
+
+    async def stats_async(self) -> list[QueueStats]:
+        return await asyncio.to_thread(self.stats)
+
+    async def close_async(self) -> None:
+        """:meth:`close`, awaited (on a thread)."""
+        if self._opening is None:
+            await asyncio.to_thread(self.close)
+
     # -- inspection and lifetime ----------------------------------------------------------------
 
     def stats(self) -> list[QueueStats]:
         """A :class:`QueueStats` per queue, in queue order."""
+        _not_in_client_loop(self.client)
         futures = [(i, self._call(i, "stats")) for i in self.queue_indices]
         return [self._answer_or_ask_again(i, f, "stats") for i, f in futures]
 
@@ -1138,6 +1221,7 @@ class QueuePool:
         """Close every queue (waiters are woken; later calls raise ``QueueClosedError``)."""
         if self._closed:
             return
+        _not_in_client_loop(self.client)
         self._closed = True
         self._membership.remove_listener(self)
         if self._membership.scheduler_lost() is None:
