@@ -37,10 +37,12 @@ from daskqueue.queue.base import QueueStats
 from daskqueue.queue.durable import DurableQueue
 from daskqueue.queue.pool import QueuePool
 from daskqueue.queue.transient import TransientQueue
+from daskqueue.results import DeadLetter
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DeadLetter",
     # pools (what most users need)
     "QueuePool",
     "ConsumerPool",

@@ -1,10 +1,288 @@
-"""Prometheus metrics of the daskqueue actors of a worker process (placeholder: filled in by
-the metrics work of issue 13)."""
+"""Prometheus metrics of the daskqueue actors of a worker process, and the snapshot behind them.
+
+Dask's worker serves ``/metrics`` on its HTTP port from ``prometheus_client``'s default
+``REGISTRY``. :func:`ensure_registered`, called when a queue or consumer actor starts, adds
+:class:`DaskQueueCollector` there (once per process) and gives every worker of the process the
+``daskqueue_status`` RPC handler the status page asks (:mod:`daskqueue.status`). Both read
+:func:`snapshot`: one plain-data picture of the worker's daskqueue actors, found through
+``worker.state.actors``, so the page and ``/metrics`` always show the same numbers.
+
+| metric | type | labels |
+|---|---|---|
+| ``daskqueue_queue_ready_messages``, ``_delayed_messages``, ``_leased_messages`` | gauge | pool, queue |
+| ``daskqueue_queue_dead_messages`` (dead letters held) | gauge | pool, queue |
+| ``daskqueue_queue_bytes`` (payload bytes of unsettled messages) | gauge | pool, queue |
+| ``daskqueue_queue_puts_total``, ``_acks_total``, ``_retries_total``, ``_dead_letters_total``, ``_expired_total``, ``_worker_lost_total``, ``_moved_total`` | counter | pool, queue |
+| ``daskqueue_consumer_tasks_done_total``, ``_tasks_failed_total``, ``_batches_total`` | counter | pool, consumer, actor |
+| ``daskqueue_consumer_busy_slots``, ``daskqueue_consumer_slots`` | gauge | pool, consumer, actor |
+| ``daskqueue_consumer_task_duration_seconds`` | histogram | pool, consumer, actor |
+
+A consumer does not know its pool's name: it is the ``pool`` of one of its queues that lives
+in this process, or else what the pool registry on the scheduler says (``daskqueue.registry``:
+the keys of each pool's queues and consumers), read in the background with a deadline when a
+consumer starts and when a scrape meets a consumer it cannot name; until then ``pool=""``.
+
+Threading: the worker's HTTP and RPC handlers run on the worker's event loop, the thread of
+the actors' ``async`` methods, so reads need no lock; nothing here blocks or awaits.
+"""
 
 from __future__ import annotations
 
-__all__ = ["ensure_registered"]
+import asyncio
+import logging
+import threading
+import time
+from typing import Any, Iterator
+
+__all__ = ["ensure_registered", "snapshot", "families", "install_status_handler", "DaskQueueCollector",
+           "STATUS_OP"]
+
+logger = logging.getLogger("daskqueue")
+
+#: The worker RPC operation that answers :func:`snapshot` (what the status page calls).
+STATUS_OP = "daskqueue_status"
+
+#: Longest wait for the pool registry on the scheduler, and how often a scrape may ask it again.
+NAMES_TIMEOUT_S = 2.0
+NAMES_REFRESH_S = 5.0
+
+_lock = threading.Lock()
+_attempted = False  # registration is tried once per process, whatever its outcome
+_names: dict[str, str] = {}  # actor key -> pool name, from the scheduler's registry
+_names_task: asyncio.Task[None] | None = None
+_names_asked_at = -float("inf")
 
 
 def ensure_registered() -> None:
-    """Register daskqueue's collector with this process's Prometheus registry (once)."""
+    """Register :class:`DaskQueueCollector` with this process's Prometheus registry (once),
+    give this worker the status RPC handler, and look up pool names in the background.
+
+    Cheap and idempotent; never raises (without ``prometheus_client`` there are no metrics,
+    and the status handler is installed all the same)."""
+    global _attempted
+    try:
+        if not _attempted:
+            with _lock:
+                if not _attempted:
+                    _attempted = True
+                    _register_collector()
+        worker = _current_worker()
+        if worker is not None:
+            install_status_handler(worker)
+            _refresh_names_soon(worker, force=True)
+    except Exception as e:  # metrics must never break an actor
+        logger.debug("daskqueue metrics: not registered: %s: %s", type(e).__name__, e)
+
+
+def _register_collector() -> None:
+    try:
+        from prometheus_client import REGISTRY
+    except ImportError:
+        logger.debug("daskqueue metrics: prometheus_client is not installed; no /metrics")
+        return
+    REGISTRY.register(DaskQueueCollector())
+
+
+def _current_worker() -> Any:
+    try:
+        from distributed import get_worker
+
+        return get_worker()
+    except (ImportError, ValueError):  # not on a worker
+        return None
+
+
+def install_status_handler(worker: Any) -> None:
+    """Make ``worker`` answer the ``daskqueue_status`` RPC with its :func:`snapshot`."""
+    if STATUS_OP in worker.handlers:
+        return
+
+    def daskqueue_status(**_: Any) -> dict[str, Any]:
+        return snapshot(worker)
+
+    worker.handlers[STATUS_OP] = daskqueue_status
+
+
+class DaskQueueCollector:
+    """A Prometheus collector of every daskqueue actor of every worker of this process."""
+
+    def describe(self) -> list[Any]:
+        return []  # no names to check at registration: collect() runs only when scraped
+
+    def collect(self) -> Iterator[Any]:
+        try:
+            from distributed.worker import Worker
+
+            snaps = [snapshot(w) for w in list(Worker._instances)]
+            yield from families(snaps)
+        except Exception as e:  # a scrape must still show Dask's own metrics
+            logger.debug("daskqueue metrics: collect failed: %s: %s", type(e).__name__, e)
+
+
+# -- the snapshot ------------------------------------------------------------------------------
+
+
+def snapshot(worker: Any) -> dict[str, Any]:
+    """The daskqueue actors ``worker`` holds, as plain data (msgpack-able): ``{"address",
+    "queues": {key: {...}}, "consumers": {key: {...}}}``. Queues handed off to a successor
+    or closed are left out. Call it on the worker's event loop."""
+    from daskqueue.consumer.base import ConsumerBase
+    from daskqueue.queue.base import QueueActorBase
+
+    actors = list(worker.state.actors.items())
+    queues = {k: a for k, a in actors if isinstance(a, QueueActorBase) and not (a._closed or a._handed_off)}
+    local_pools = {k: q.pool or "" for k, q in queues.items()}
+    consumers = {}
+    for key, actor in actors:
+        if isinstance(actor, ConsumerBase):
+            pool = _consumer_pool(key, actor, local_pools)
+            if pool is None:
+                _refresh_names_soon(worker)
+            consumers[key] = _consumer_row(actor, pool or "")
+    return {"address": worker.address, "queues": {k: _queue_row(q) for k, q in queues.items()},
+            "consumers": consumers}
+
+
+def _queue_row(queue: Any) -> dict[str, Any]:
+    s = queue._core.stats()
+    return {"index": queue.index, "pool": queue.pool or "", "kind": queue.kind, "ready": s.ready,
+            "delayed": s.delayed, "leased": s.leased, "dead": s.dead, "bytes": _bytes_held(queue),
+            "puts": s.total_put, "acks": s.total_acked, "retries": s.total_retried,
+            "expired": s.total_expired, "worker_lost": s.total_taken_back, "moved": s.total_moved}
+
+
+def _bytes_held(queue: Any) -> int | None:
+    """Payload bytes of the queue's unsettled messages; None while a compaction runs (its
+    thread owns the queue's state then: see ``QueueActorBase._run_paused``)."""
+    if queue._paused is not None:
+        return None
+    total = 0
+    for span, _ in queue._core.live_spans():
+        offsets = getattr(span.chunk.payload, "offsets", None)
+        if offsets is not None:
+            total += offsets[span.stop] - offsets[span.start]
+    return total
+
+
+def _consumer_row(consumer: Any, pool: str) -> dict[str, Any]:
+    return {"index": consumer.index, "pool": pool, "running": consumer._loop_task is not None,
+            "slots": consumer.max_concurrency, "busy_slots": consumer._running_batches,
+            "done": consumer._items_done, "failed": consumer._items_failed, "batches": consumer._batches,
+            "duration_buckets": list(consumer._duration_buckets),
+            "duration_count": consumer._duration_count, "duration_sum_s": consumer._duration_sum_s}
+
+
+def _consumer_pool(key: str, consumer: Any, local_pools: dict[str, str]) -> str | None:
+    """The pool of a consumer's queues (home first) that this process or the registry
+    knows, or None."""
+    from daskqueue.queue.base import QueueActorBase
+
+    home = consumer._home
+    for slot in sorted(consumer._queues, key=lambda i: i != home):
+        queue = consumer._queues[slot]
+        if isinstance(queue, QueueActorBase) and queue.pool:
+            return queue.pool
+        qkey = getattr(queue, "key", None)
+        if qkey in local_pools or qkey in _names:
+            return local_pools.get(qkey) or _names[qkey]
+    return _names.get(key)
+
+
+# -- pool names from the scheduler's registry -------------------------------------------------
+
+
+def _refresh_names_soon(worker: Any, *, force: bool = False) -> None:
+    """Read the registry in the background (at most one read at a time, and unless
+    ``force``d, at most every ``NAMES_REFRESH_S``); a later scrape uses what it found."""
+    global _names_task, _names_asked_at
+    if _names_task is not None and not _names_task.done():
+        return
+    if not force and time.monotonic() - _names_asked_at < NAMES_REFRESH_S:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    _names_asked_at = time.monotonic()
+    # Held in _names_task, not awaited: nobody waits for the names; the task ends within
+    # NAMES_TIMEOUT_S and the next call starts another only once it has.
+    _names_task = loop.create_task(_refresh_names(worker))
+
+
+async def _refresh_names(worker: Any) -> None:
+    from daskqueue.registry import CONSUMERS_KEY, POOLS_KEY
+
+    try:
+        pools, consumers = await asyncio.wait_for(asyncio.gather(
+            worker.scheduler.get_metadata(keys=[POOLS_KEY], default={}),
+            worker.scheduler.get_metadata(keys=[CONSUMERS_KEY], default={}),
+        ), NAMES_TIMEOUT_S)
+    except Exception as e:
+        logger.debug("daskqueue metrics: cannot read the pool registry: %s: %s", type(e).__name__, e)
+        return
+    _names.update(names_from_registry(pools or {}, consumers or {}))
+
+
+def names_from_registry(pools: dict[str, Any], consumers: dict[str, Any]) -> dict[str, str]:
+    """Actor key -> pool name, for every queue and consumer in the registry's entries."""
+    out = {}
+    for name, entry in pools.items():
+        for ref in (entry or {}).get("queues", {}).values():
+            out[ref[2]] = name
+    for name, by_pool in consumers.items():
+        for refs in (by_pool or {}).values():
+            for ref in refs or ():
+                out[ref[2]] = name
+    return out
+
+
+# -- Prometheus families ----------------------------------------------------------------------
+
+_QUEUE_GAUGES = [("ready", "ready_messages", "Messages ready to be delivered."),
+                 ("delayed", "delayed_messages", "Messages waiting for their due time (delay, eta, retry backoff)."),
+                 ("leased", "leased_messages", "Messages leased to a consumer (running or fetched)."),
+                 ("dead", "dead_messages", "Dead letters held (failed after max_retries)."),
+                 ("bytes", "bytes", "Payload bytes of the ready, delayed and leased messages.")]
+_QUEUE_COUNTERS = [("puts", "puts", "Messages put."),
+                   ("acks", "acks", "Messages acked (ran to a result)."),
+                   ("retries", "retries", "Messages put back for a retry after a failure."),
+                   ("dead", "dead_letters", "Messages dead-lettered."),
+                   ("expired", "expired", "Leases that expired (their messages redelivered)."),
+                   ("worker_lost", "worker_lost", "Leased messages taken back from a consumer whose worker died."),
+                   ("moved", "moved", "Messages handed to another queue of the pool.")]
+_CONSUMER_GAUGES = [("busy_slots", "busy_slots", "Batches running now."),
+                    ("slots", "slots", "Run slots (max_concurrency).")]
+_CONSUMER_COUNTERS = [("done", "tasks_done", "Tasks that ran to a result."),
+                      ("failed", "tasks_failed", "Task runs that raised (every attempt counts)."),
+                      ("batches", "batches", "Batches run and settled.")]
+
+
+def families(snaps: list[dict[str, Any]]) -> Iterator[Any]:
+    """The metric families of :func:`snapshot` results (pure: no Dask, no actors)."""
+    from daskqueue.consumer.base import DURATION_BUCKETS_S
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+    from prometheus_client.utils import floatToGoString
+
+    queues = [q for s in snaps for q in s["queues"].values()]
+    consumers = [(k, c) for s in snaps for k, c in s["consumers"].items()]
+    qlabels, clabels = ["pool", "queue"], ["pool", "consumer", "actor"]
+    for kinds, cls in ((_QUEUE_GAUGES, GaugeMetricFamily), (_QUEUE_COUNTERS, CounterMetricFamily)):
+        for field, name, doc in kinds:
+            family = cls(f"daskqueue_queue_{name}", doc, labels=qlabels)
+            for q in queues:
+                if q[field] is not None:
+                    family.add_metric([q["pool"], str(q["index"])], q[field])
+            yield family
+    for kinds, cls in ((_CONSUMER_GAUGES, GaugeMetricFamily), (_CONSUMER_COUNTERS, CounterMetricFamily)):
+        for field, name, doc in kinds:
+            family = cls(f"daskqueue_consumer_{name}", doc, labels=clabels)
+            for key, c in consumers:
+                family.add_metric([c["pool"], str(c["index"]), key], c[field])
+            yield family
+    hist = HistogramMetricFamily("daskqueue_consumer_task_duration_seconds",
+                                 "Run time per task (a batch's tasks count its mean each).", labels=clabels)
+    for key, c in consumers:
+        buckets = [(floatToGoString(b), n) for b, n in zip(DURATION_BUCKETS_S, c["duration_buckets"])]
+        hist.add_metric([c["pool"], str(c["index"]), key], buckets + [("+Inf", c["duration_count"])],
+                        c["duration_sum_s"])
+    yield hist

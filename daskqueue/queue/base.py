@@ -50,7 +50,7 @@ from daskqueue.serialize import (
     encode_put,
 )
 
-__all__ = ["QueueActorBase", "QueueStats", "ChunkPayload", "TOKENS_KEPT"]
+__all__ = ["QueueActorBase", "QueueStats", "ChunkPayload", "TOKENS_KEPT", "detach_payload"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -154,6 +154,7 @@ class QueueActorBase:
             lease_id_base=int.from_bytes(os.urandom(_LEASE_ID_BASE_BITS // 8), "little") << 16,
             policy=policy,
         )
+        self._core.detach = detach_payload
         # Typed pools (fair / capped): slots per consumer pool, the peer queues, and their
         # latest counts per type, ``index -> (monotonic time, {type: (ready, running)})``.
         self._slots: dict[str, int] = {}
@@ -1000,7 +1001,7 @@ class QueueActorBase:
             await self._unpaused()
         self._start()
         end = self._results_base + len(self._results)
-        if wait_s > 0 and cursor >= end and dead_cursor >= len(self._core.dead):
+        if wait_s > 0 and cursor >= end and dead_cursor >= self._core.dead_appended:
             assert self._outcome_event is not None
             try:
                 await asyncio.wait_for(self._outcome_event.wait(), wait_s)
@@ -1015,8 +1016,69 @@ class QueueActorBase:
         """Dead letters from index ``cursor`` on: ``(seq, attempts, error, meta)`` each."""
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
-        dead = self._core.dead[cursor:]
-        return cursor + len(dead), [(d.seq, d.attempts, d.error, d.chunk.meta) for d in dead]
+        dead = self._core.dead_since(cursor)
+        return self._core.dead_appended, [(d.seq, d.attempts, d.error, d.chunk.meta) for d in dead]
+
+    async def dead_letters(self, limit: int | None = None, seqs: list[int] | None = None) -> list[tuple[Any, ...]]:
+        """The dead letters (the first ``limit``, or those with these ``seqs``), oldest first:
+        ``(seq, attempts, error, wall time, kind, function digest, type, key, priority,
+        payload bytes or None)`` each, and the pickled functions they name."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._check_serving()
+        wanted = None if seqs is None else set(seqs)
+        dead = [d for d in self._core.dead if wanted is None or d.seq in wanted]
+        if limit is not None:
+            dead = dead[:limit]
+        offset = time.time() - self._now()
+        out = []
+        for d in dead:
+            meta, payload = d.chunk.meta, d.chunk.payload
+            data = None
+            if payload is not None:
+                data = bytes(payload.data[payload.offsets[d.index] : payload.offsets[d.index + 1]])
+            out.append((d.seq, d.attempts, d.error, d.at + offset,
+                        getattr(meta, "kind", None), getattr(meta, "digest", None), d.chunk.type, d.chunk.key,
+                        d.chunk.priority, data))
+        return out
+
+    async def replay_dead(self, seqs: list[int] | None = None) -> list[tuple[int, int, int, int]]:
+        """Put dead letters (all, or those with these ``seqs``) back as new ready messages,
+        attempts reset; then forget them as dead letters. Returns ``(old seq, 1, this queue,
+        new seq)`` per message: the client reports their outcomes under their old ids. A dead
+        letter whose payload was not kept (stores older than this format) stays dead."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._start()
+        wanted = None if seqs is None else set(seqs)
+        dead = [d for d in self._core.dead if (wanted is None or d.seq in wanted) and d.chunk.payload is not None
+                and d.chunk.meta is not None]
+        if not dead:
+            return []
+        groups = [_moved_group(Span(d.chunk, d.index, d.index + 1), 0.0) for d in dead]
+        funcs = {g.digest: self._funcs[g.digest] for g in groups if g.digest is not None and g.digest in self._funcs}
+        ranges = await self.put_batch(encode_put(groups, funcs), os.urandom(TOKEN_SIZE))
+        if self._paused is not None:
+            await self._unpaused()
+        self._core.take_dead({d.seq for d in dead})
+        self._after_change(self._now())
+        logger.info("queue %d: %d dead letters replayed", self.index, len(dead))
+        return [(d.seq, 1, self.index, first) for d, (first, _) in zip(dead, ranges)]
+
+    async def purge(self, dead: bool = True, ready: bool = False) -> tuple[int, int]:
+        """Drop the dead letters (``dead``) and the waiting messages (``ready``: ready and
+        delayed ones; leased ones finish). Returns ``(dead letters, waiting messages)`` dropped."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._start()
+        n_dead = len(self._core.take_dead()) if dead else 0
+        n_ready = self._core.purge_waiting() if ready else 0
+        self._after_change(self._now())
+        if n_ready:
+            self._work_changed()
+        if n_dead or n_ready:
+            logger.warning("queue %d: purged %d dead letters and %d waiting messages", self.index, n_dead, n_ready)
+        return n_dead, n_ready
 
     async def stats(self) -> QueueStats:
         if self._paused is not None:  # the gate; see _unpaused
@@ -1096,6 +1158,14 @@ def _segment(span: Span) -> Segment:
         span.first_seq, span.count, span.attempts, meta.kind, meta.digest, meta.type,
         span.chunk.priority, meta.key, offs.tobytes(), payload.data[offs[0] : offs[-1]],
     )
+
+
+def detach_payload(chunk: Chunk, i: int) -> ChunkPayload:
+    """The payload of message ``i`` of ``chunk`` alone (what its dead letter keeps, so that
+    one dead message does not keep its whole put batch in memory)."""
+    p = chunk.payload
+    a, b = p.offsets[i], p.offsets[i + 1]
+    return ChunkPayload(array("I", [0, b - a]), bytes(p.data[a:b]))
 
 
 def _moved_group(span: Span, delay_s: float) -> Group:

@@ -23,6 +23,8 @@ Not thread-safe: the owner (an actor on one event loop) serialises calls.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import heapq
 import itertools
 import random
@@ -103,13 +105,17 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """A message that failed more than ``max_retries`` times, with its last error."""
+    """A message that failed more than ``max_retries`` times, with its last error: message
+    ``index`` of ``chunk`` (a chunk of its own when the shell detaches payloads, so that a dead
+    letter does not keep its whole put batch alive), dead-lettered at time ``at``."""
 
     seq: int
     chunk: Chunk
     index: int
     attempts: int
     error: bytes
+    at: float = 0.0
+    ordinal: int = 0  # the number of dead letters before it in this queue's life (a fetch cursor)
 
 
 class JournalEntry(NamedTuple):
@@ -149,6 +155,7 @@ class CoreStats:
     total_expired: int
     total_taken_back: int
     total_moved: int = 0  # handed to another queue of the pool (add_queues / remove_queue)
+    total_purged: int = 0  # dropped by purge, or dead letters replayed (as new messages)
 
     @property
     def pending(self) -> int:
@@ -167,6 +174,7 @@ class _Counters:
     total_expired: int = 0
     total_taken_back: int = 0
     total_moved: int = 0
+    total_purged: int = 0  # dead letters and waiting messages dropped by purge / replayed
 
 
 #: The owner of the leases that hold messages on their way to another queue.
@@ -242,6 +250,12 @@ class QueueCore:
         # while one of them ran there): none of theirs runs here until they are unfenced.
         self._fenced: set[str] = set()
         self.max_scan = policy.max_scan
+        #: ``detach(chunk, i)``: the payload of message ``i`` of ``chunk`` alone, for its dead
+        #: letter (set by the shell; None keeps the whole chunk's payload).
+        self.detach: Any = None
+        #: Dead letters appended so far (their ``ordinal``s count up): what a client's cursor
+        #: over them counts, since ``take_dead`` may remove any of them.
+        self.dead_appended = 0
 
     def _log(self, entry: JournalEntry) -> None:
         if self.journal is not None:
@@ -709,7 +723,7 @@ class QueueCore:
         if fatal or attempts > self.max_retries:
             self._unhold(span)
             for i in range(span.start, span.stop):
-                self.dead.append(DeadLetter(span.chunk.base_seq + i, span.chunk, i, attempts, error))
+                self.dead.append(self._dead_letter(span.chunk, i, attempts, error, now))
             self._log(JournalEntry(IndexType.DEAD, Span(span.chunk, span.start, span.stop, attempts), error=error))
             return True
         base_s, max_s, jitter = self._backoff
@@ -719,6 +733,50 @@ class QueueCore:
         self._delay(retried, now + delay)
         self._log(JournalEntry(IndexType.RETRY, retried, time=now + delay))
         return False
+
+    def _dead_letter(self, chunk: Chunk, i: int, attempts: int, error: bytes, now: float) -> DeadLetter:
+        seq = chunk.base_seq + i
+        ordinal, self.dead_appended = self.dead_appended, self.dead_appended + 1
+        if self.detach is None:
+            return DeadLetter(seq, chunk, i, attempts, error, now, ordinal)
+        own = Chunk(seq, 1, chunk.priority, self.detach(chunk, i), chunk.meta, True, chunk.type, chunk.key)
+        return DeadLetter(seq, own, 0, attempts, error, now, ordinal)
+
+    def dead_since(self, cursor: int) -> list[DeadLetter]:
+        """The dead letters of ordinal ``>= cursor``, in order."""
+        i = bisect.bisect_left(self.dead, cursor, key=lambda d: d.ordinal)
+        return self.dead[i:]
+
+    # -- acting on dead letters and waiting messages -----------------------------------------
+
+    def take_dead(self, seqs: set[int] | None = None) -> list[DeadLetter]:
+        """Remove the dead letters with these seqs (all if None) and return them, in order
+        (journalled as DEAD_DROP: a durable queue forgets them)."""
+        if seqs is None:
+            taken, self.dead = self.dead, []
+        else:
+            taken = [d for d in self.dead if d.seq in seqs]
+            if taken:
+                self.dead = [d for d in self.dead if d.seq not in seqs]
+        self._n.total_purged += len(taken)
+        for d in taken:
+            self._log(JournalEntry(IndexType.DEAD_DROP, Span(d.chunk, d.index, d.index + 1, d.attempts)))
+        return taken
+
+    def purge_waiting(self) -> int:
+        """Drop every waiting (ready or delayed) message, settled with no outcome (journalled
+        as acks); leased ones are left to finish. Returns how many."""
+        spans = [s for p in self._priorities for s in self._ready[p]] + [s for _, _, s in self._delayed]
+        self._ready, self._priorities, self._delayed = {}, [], []
+        self._ready_by_type = {}
+        n = sum(s.count for s in spans)
+        self._n.ready = self._n.delayed = 0
+        self._keyed_ready = 0
+        self._n.total_purged += n
+        for span in spans:
+            self._unhold(span)
+            self._log(JournalEntry(IndexType.ACK, span))
+        return n
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -838,11 +896,16 @@ class QueueCore:
             else:
                 self._push_ready(span)
 
-    def restore_dead(self, seq: int, attempts: int, error: bytes, meta: Any = None) -> None:
-        """Bring back a dead letter."""
+    def restore_dead(self, seq: int, attempts: int, error: bytes, meta: Any = None, *, payload: Any = None,
+                     priority: int = 0, at: float = 0.0) -> None:
+        """Bring back a dead letter (with its payload and meta, when they were kept)."""
         self._next_seq = max(self._next_seq, seq + 1)
         self._n.total_put += 1
-        self.dead.append(DeadLetter(seq, Chunk(seq, 1, meta=meta), 0, attempts, error))
+        t = getattr(meta, "type", None)
+        key = getattr(meta, "key", None)
+        chunk = Chunk(seq, 1, priority, payload, meta, True, t, key)
+        self.dead.append(DeadLetter(seq, chunk, 0, attempts, error, at, self.dead_appended))
+        self.dead_appended += 1
 
     def advance_seq(self, next_seq: int) -> None:
         """Never hand out a sequence number below ``next_seq`` (ids are never reused)."""
@@ -882,10 +945,12 @@ class QueueCore:
             "delayed": [(t - now, s) for t, _, s in sorted(self._delayed, key=lambda d: d[:2])],
             "leases": [(lease.lease_id, lease.deadline - now, lease.owner, lease.started - now, lease.spans)
                        for lease in self._leases.values()],
-            "dead": list(self.dead),
+            "dead": [dataclasses.replace(d, at=d.at - now) for d in self.dead],
             "totals": (self._n.total_put, self._n.total_acked, self._n.total_retried,
-                       self._n.total_expired, self._n.total_taken_back, self._n.total_moved),
+                       self._n.total_expired, self._n.total_taken_back, self._n.total_moved,
+                       self._n.total_purged),
             "fenced": sorted(self._fenced),
+            "dead_appended": self.dead_appended,
         }
 
     def import_state(self, state: dict[str, Any], *, now: float) -> None:
@@ -898,15 +963,16 @@ class QueueCore:
             self._delay(span, now + due_in)
         for lease_id, deadline_in, owner, started_in, spans in state["leases"]:
             self.restore_lease(lease_id, spans, deadline=now + deadline_in, owner=owner, started=now + started_in)
-        self.dead = list(state["dead"])
+        self.dead = [dataclasses.replace(d, at=now + d.at) for d in state["dead"]]
         # Ids count up from a random base per actor; should this one's range reach the
         # imported ids, start past them: a new lease must never take a live lease's id.
         nxt, theirs = next(self._lease_ids), state["next_lease_id"]
         self._lease_ids = itertools.count(theirs if 0 <= theirs - nxt < 1 << 32 else nxt)
         n = self._n
         (n.total_put, n.total_acked, n.total_retried, n.total_expired, n.total_taken_back,
-         n.total_moved) = state["totals"]
+         n.total_moved, n.total_purged) = state["totals"]
         self._fenced = set(state["fenced"])
+        self.dead_appended = state["dead_appended"]
         self._next_seq = state["next_seq"]
         self.rebuild_key_holders()
 
@@ -932,6 +998,7 @@ class QueueCore:
             total_expired=n.total_expired,
             total_taken_back=n.total_taken_back,
             total_moved=n.total_moved,
+            total_purged=n.total_purged,
         )
 
     def validate(self) -> None:
@@ -976,7 +1043,7 @@ class QueueCore:
                     assert all(s.chunk.type == lease.type for s in lease.spans), "mixed typed lease"
                     leases[lease.type] = leases.get(lease.type, 0) + 1
             assert leases == self._running_by_type, f"running {self._running_by_type} != {leases}"
-        settled = n.total_acked + len(self.dead) + n.total_moved
+        settled = n.total_acked + len(self.dead) + n.total_moved + n.total_purged
         assert n.total_put == settled + n.ready + n.delayed + n.leased, (
             f"put {n.total_put} != acked+dead+moved {settled} + ready {n.ready} + delayed "
             f"{n.delayed} + leased {n.leased}"

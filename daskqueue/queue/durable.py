@@ -12,7 +12,7 @@ from typing import Any
 from daskqueue import defaults
 from daskqueue.errors import PayloadTooLargeError, QueueClosedError, StoreError
 from daskqueue.messages import error_from_exception
-from daskqueue.queue.base import TOKENS_KEPT, ChunkPayload, QueueActorBase
+from daskqueue.queue.base import TOKENS_KEPT, ChunkPayload, QueueActorBase, detach_payload
 from daskqueue.queue.core import LEASE_EXPIRED, Chunk, JournalEntry, Span
 from daskqueue.segment.format import PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType, token_record
 from daskqueue.segment.recovery import Recovered, replay
@@ -143,8 +143,11 @@ class DurableQueue(QueueActorBase):
             if live:  # a chunk rule 6 dead-lettered entirely pins nothing
                 self._chunk_live[h.base_seq] = [rc.segment, live]
                 pins[rc.segment] = pins.get(rc.segment, 0) + 1
-        for seq, attempts, error, seg, off in rec.dead:
-            self._core.restore_dead(seq, attempts, error)
+        wall_offset = time.time() - now
+        for seq, attempts, body, seg, off in rec.dead:
+            error, wall, meta, priority, payload = decode_dead_body(body, seq)
+            self._core.restore_dead(seq, attempts, error, meta, payload=payload, priority=priority,
+                                    at=(wall - wall_offset) if wall else now)
             self._dead_errors[seq] = (seg, off)
         for digest, (data, seg, off) in rec.funcs.items():
             self._funcs[digest] = data
@@ -192,8 +195,9 @@ class DurableQueue(QueueActorBase):
         if attempts > self._core.max_retries:
             self._core.restore(chunk, [], now=now)
             for i in range(start, stop):
-                self._core.restore_dead(chunk.base_seq + i, attempts, LEASE_EXPIRED, chunk.meta)
-            seg, off = self._store.append_log(LogType.ERROR, LEASE_EXPIRED)
+                self._core.restore_dead(chunk.base_seq + i, attempts, LEASE_EXPIRED, chunk.meta,
+                                        payload=detach_payload(chunk, i), priority=chunk.priority, at=now)
+            seg, off = self._store.append_log(LogType.ERROR, encode_dead_body(LEASE_EXPIRED, chunk, start, stop))
             for i in range(start, stop):
                 self._dead_errors[chunk.base_seq + i] = (seg, off)
             return IndexRecord(IndexType.DEAD, first, stop - start, attempts, seg, off)
@@ -284,10 +288,16 @@ class DurableQueue(QueueActorBase):
         span = entry.span
         seg = off = 0
         if entry.kind == IndexType.DEAD:
-            seg, off = self._store.append_log(LogType.ERROR, entry.error)
+            body = encode_dead_body(entry.error, span.chunk, span.start, span.stop)
+            seg, off = self._store.append_log(LogType.ERROR, body)
             for seq in range(span.first_seq, span.first_seq + span.count):
                 self._dead_errors[seq] = (seg, off)
                 self._store.pin(seg)
+        elif entry.kind == IndexType.DEAD_DROP:
+            for seq in range(span.first_seq, span.first_seq + span.count):
+                ref = self._dead_errors.pop(seq, None)
+                if ref is not None:
+                    self._unpins.append(ref[0])
         if entry.kind in (IndexType.ACK, IndexType.DEAD):
             self._settled(span)
         return IndexRecord(entry.kind, span.first_seq, span.count, span.attempts, seg, off, entry.time)
@@ -466,11 +476,10 @@ class DurableQueue(QueueActorBase):
 
     def _copy_dead(self, records: list[bytes], pins: dict[int, int]) -> dict[int, tuple[int, int]]:
         refs: dict[int, tuple[int, int]] = {}
-        copied: dict[bytes, tuple[int, int]] = {}
+        now = self._now()
         for d in self._core.dead:
-            if d.error not in copied:
-                copied[d.error] = self._store.append_log(LogType.ERROR, d.error)
-            seg, off = refs[d.seq] = copied[d.error]
+            body = encode_dead_body(d.error, d.chunk, d.index, d.index + 1, wall=time.time() - (now - d.at))
+            seg, off = refs[d.seq] = self._store.append_log(LogType.ERROR, body)
             records.append(IndexRecord(IndexType.DEAD, d.seq, 1, min(d.attempts, _MAX_ATTEMPTS_ON_DISK), seg, off).to_bytes())
             pins[seg] = pins.get(seg, 0) + 1
         return refs
@@ -595,6 +604,42 @@ def split_result_record(record: ResultRecord, limit: int) -> list[ResultRecord]:
 
     emit(0, len(seqs))
     return out
+
+
+#: The start of an ERROR log record that holds a dead letter's message too (its payload and
+#: meta, and when it died): the dead letter can be listed, replayed and kept across restarts.
+#: An ERROR record without it holds only the error (older stores; read as before).
+DEAD_BODY_MAGIC = b"DQDEAD2\x00"
+
+
+def encode_dead_body(error: bytes, chunk: Chunk, start: int, stop: int, wall: float | None = None) -> bytes:
+    """The ERROR record of messages ``start .. stop`` of ``chunk`` dead-lettered with ``error``."""
+    payload, meta = chunk.payload, chunk.meta
+    offsets = payload.offsets[start : stop + 1] if payload is not None else None
+    data = b""
+    rebased = b""
+    if offsets is not None:
+        data = bytes(payload.data[offsets[0] : offsets[-1]])
+        rebased = array("I", [o - offsets[0] for o in offsets]).tobytes()
+    meta_tuple = tuple(meta) if meta is not None else None
+    body = (error, time.time() if wall is None else wall, meta_tuple, chunk.priority, chunk.base_seq + start,
+            rebased, data)
+    return DEAD_BODY_MAGIC + pickle.dumps(body, PROTOCOL)
+
+
+def decode_dead_body(body: bytes, seq: int) -> tuple[bytes, float, ChunkMeta | None, int, ChunkPayload | None]:
+    """``(error, wall time, meta, priority, payload)`` of dead letter ``seq`` from its ERROR
+    record (an older record: the error only, the rest unknown)."""
+    if not body.startswith(DEAD_BODY_MAGIC):
+        return body, 0.0, None, 0, None
+    error, wall, meta, priority, first, rebased, data = pickle.loads(body[len(DEAD_BODY_MAGIC):])
+    payload = None
+    if rebased:
+        offs = array("I")
+        offs.frombytes(rebased)
+        i = seq - first
+        payload = ChunkPayload(array("I", [0, offs[i + 1] - offs[i]]), data[offs[i] : offs[i + 1]])
+    return error, wall, ChunkMeta(*meta) if meta is not None else None, priority, payload
 
 
 def _on_worker() -> bool:

@@ -24,6 +24,7 @@ import weakref
 from datetime import datetime
 from typing import Any, Callable, Iterable, Literal, NamedTuple, Sequence, Union
 
+import cloudpickle
 from distributed import Client
 
 from daskqueue import defaults, registry
@@ -66,7 +67,7 @@ from daskqueue.queue.handles import (
 )
 from daskqueue.queue.transient import TransientQueue
 from daskqueue.segment.format import TOKEN_SIZE
-from daskqueue.results import MapClaim, ResultCollector
+from daskqueue.results import DeadLetter, MapClaim, ResultCollector, dead_letter_of
 from daskqueue.serialize import encode_put, pickle_function
 from daskqueue.membership import membership
 from daskqueue.validate import check_choice, check_number, check_optional_str
@@ -1166,6 +1167,74 @@ class QueuePool:
                                queue_index=queue_index)
             if queue_index is None:
                 time.sleep(defaults.POLL_INTERVAL_S)
+
+    # -- dead letters -----------------------------------------------------------------------------
+
+    def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        """The dead-lettered messages (at most ``limit``, oldest first per queue), with their
+        payload, error, attempts and when they died. Durable queues keep them across restarts."""
+        self._check_open()
+        check_number("limit", limit, integer=True, at_least=0, none_ok=True)
+        calls = [(q, self._call(q, "dead_letters", limit)) for q in self.queue_indices if q not in self._lost]
+        rows = [(q, row) for q, pending in calls
+                for row in self._answer_or_ask_again(q, pending, "dead_letters", limit)]
+        digests: dict[int, set[bytes]] = {}
+        for q, row in rows:
+            if row[5] is not None:
+                digests.setdefault(q, set()).add(row[5])
+        funcs: dict[bytes, Any] = {}
+        for q, wanted in digests.items():
+            blobs = self._answer_or_ask_again(q, self._call(q, "get_functions", sorted(wanted)),
+                                              "get_functions", sorted(wanted))
+            for digest, blob in blobs.items():
+                try:
+                    funcs[digest] = cloudpickle.loads(blob)
+                except Exception as e:
+                    logger.debug("dead letters: function %s not loadable here: %s", digest.hex()[:12], e)
+        out = [dead_letter_of(q, row, funcs) for q, row in rows]
+        return out if limit is None else out[:limit]
+
+    def replay_dead(self, ids: Iterable[int] | None = None) -> int:
+        """Put dead-lettered messages (all, or those with these ids) back as ready, attempts
+        reset; return how many. Their outcomes come back under their old ids (their failure
+        is forgotten meanwhile): ``result(id)`` waits for the new run."""
+        self._check_open()
+        by_queue = self._ids_by_queue(ids)
+        calls = [(q, self._call(q, "replay_dead", seqs)) for q, seqs in by_queue.items()]
+        n = 0
+        for q, pending in calls:
+            runs = self._answer(q, pending)
+            old = [make_id(q, s) for s, _, _, _ in runs]
+            self._collector.forget_failures(old)
+            self._collector.moved(runs, q)
+            n += len(runs)
+        logger.info("%r: %d dead letters replayed", self, n)
+        return n
+
+    def purge(self, *, dead: bool = True, ready: bool = False) -> dict[str, int]:
+        """Drop the dead letters (``dead``) and every waiting message (``ready``: ready and
+        delayed; running ones finish) of every queue; return the counts dropped."""
+        self._check_open()
+        calls = [(q, self._call(q, "purge", dead, ready)) for q in self.queue_indices if q not in self._lost]
+        counts = {"dead": 0, "ready": 0}
+        for q, pending in calls:
+            n_dead, n_ready = self._answer(q, pending)
+            counts["dead"] += n_dead
+            counts["ready"] += n_ready
+        return counts
+
+    def _ids_by_queue(self, ids: Iterable[int] | None) -> dict[int, list[int] | None]:
+        """``{queue: seqs}`` of task ids (``{queue: None}`` for every queue when ids is None)."""
+        if ids is None:
+            return {q: None for q in self.queue_indices if q not in self._lost}
+        out: dict[int, list[int] | None] = {}
+        for task_id in ids:
+            check_number("task id", task_id, integer=True, at_least=0)
+            q, seq = split_id(task_id)
+            if q >= len(self.queues) or q in self._removed:
+                raise ConfigurationError(f"task id {task_id} names queue {q}, which {self!r} does not have")
+            out.setdefault(q, []).append(seq)  # type: ignore[union-attr]
+        return out
 
     # -- the same from an event loop (an asynchronous Client, a notebook cell, a service) -------
 

@@ -131,6 +131,7 @@ class IndexType(IntEnum):
     RESULT_DROP = 9
     WATERMARK = 10
     TOKEN = 11
+    DEAD_DROP = 12
 
 
 #: Bytes of a put's idempotency token; a TOKEN index record holds it in its segment and

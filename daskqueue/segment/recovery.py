@@ -85,6 +85,7 @@ def replay(
     dead_refs: list[tuple[int, int, int, int]] = []
     func_refs: list[tuple[int, int]] = []
     result_refs: dict[int, tuple[int, int]] = {}
+    dropped: set[int] = set()  # dead letters purged or replayed (DEAD_DROP)
     for r in records:
         t = r.type
         if t == IndexType.CHUNK:
@@ -117,8 +118,12 @@ def replay(
             out.next_result = max(out.next_result, r.offset)
         elif t == IndexType.TOKEN:
             out.tokens[record_token(r)] = (r.first, r.count)
+        elif t == IndexType.DEAD_DROP:
+            dropped.update(range(r.first, r.first + r.count))
     for base in bases:
         _restore_chunk(out, base, chunks[base], read_log, report)
+    if dropped:
+        dead_refs = [d for d in dead_refs if d[0] not in dropped]
     _load_rest(out, dead_refs, func_refs, result_refs, read_log, report)
     return out
 
