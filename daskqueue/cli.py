@@ -56,11 +56,12 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def _benchmarks_root() -> Path | None:
-    """The checkout holding ``benchmarks/``: the current directory, or the one this package
-    was installed from in development mode (``pip install -e``)."""
-    for root in (Path.cwd(), Path(__file__).resolve().parent.parent):
-        if (root / "benchmarks" / "common.py").is_file():
-            return root
+    """The checkout holding ``benchmarks/``: the one this package was loaded from (a source
+    checkout, or an install in development mode, ``pip install -e``). Never the current
+    directory: a ``benchmarks/`` there would be code run as this user."""
+    root = Path(__file__).resolve().parent.parent
+    if (root / "benchmarks" / "common.py").is_file():
+        return root
     return None
 
 

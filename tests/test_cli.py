@@ -83,3 +83,18 @@ def test_demo_that_loses_a_result_exits_with_an_error(monkeypatch, capsys):
     assert main(["demo", "--tasks", "10"]) == 1
     out = capsys.readouterr()
     assert "9 results for 10 tasks" in out.err and "tasks/s" not in out.out
+
+
+def test_bench_never_runs_benchmark_code_from_the_current_directory(tmp_path):
+    marker = tmp_path / "ran"
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    (bench / "__init__.py").write_text("")
+    (bench / "common.py").write_text("")
+    (bench / "noop.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "daskqueue.cli", "bench", "noop", "--help"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists() and "no-op" in done.stdout

@@ -54,6 +54,7 @@ class PoolConfig:
     max_scan: int = defaults.MAX_SCAN
     max_type_cap: int | None = None
     type_caps: Mapping[str, int] = field(default_factory=dict)
+    dir_mode: int = defaults.DIR_MODE
 
     @classmethod
     def from_options(cls, n_queues: int = 1, *, dirpath: str | os.PathLike[str] | None = None,
@@ -81,6 +82,7 @@ class PoolConfig:
         check_number("max_segment_bytes", self.max_segment_bytes, integer=True,
                      at_least=defaults.MIN_SEGMENT_BYTES)
         check_number("compact_index_bytes", self.compact_index_bytes, integer=True, above=0)
+        check_number("dir_mode", self.dir_mode, integer=True, at_least=0o700, at_most=0o777)
         check_number("lease_timeout_s", self.lease_timeout_s, above=0)
         check_number("max_retries", self.max_retries, integer=True, at_least=0)
         check_number("retry_backoff_base_s", self.retry_backoff_base_s, at_least=0)
@@ -132,6 +134,7 @@ class PoolConfig:
             kwargs.update(
                 fsync=self.fsync, fsync_interval_s=self.fsync_interval_s,
                 max_segment_bytes=self.max_segment_bytes, compact_index_bytes=self.compact_index_bytes,
+                dir_mode=self.dir_mode,
             )
         return kwargs
 

@@ -26,7 +26,7 @@ def queue_dir(dirpath: str, index: int) -> str:
     return os.path.join(dirpath, f"queue-{index:03d}")
 
 
-def prepare_pool_dir(dirpath: str, n_queues: int) -> list[str]:
+def prepare_pool_dir(dirpath: str, n_queues: int, mode: int = 0o700) -> list[str]:
     """Create or check the pool directory ``dirpath`` for ``n_queues`` queues; return the queue
     directories, in queue order.
 
@@ -37,7 +37,9 @@ def prepare_pool_dir(dirpath: str, n_queues: int) -> list[str]:
     """
     if os.path.exists(dirpath) and not os.path.isdir(dirpath):
         raise ConfigurationError(f"dirpath {dirpath} exists and is not a directory")
-    os.makedirs(dirpath, exist_ok=True)
+    if not os.path.exists(dirpath):  # a new directory is the owner's only (unless ``mode`` says)
+        os.makedirs(dirpath, mode=mode, exist_ok=True)
+        os.chmod(dirpath, mode)
     meta = os.path.join(dirpath, POOL_FILE)
     removed: list[int] = []
     if os.path.exists(meta):

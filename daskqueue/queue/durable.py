@@ -70,6 +70,7 @@ class DurableQueue(QueueActorBase):
         max_segment_bytes: int = defaults.MAX_SEGMENT_BYTES,
         compact_index_bytes: int = defaults.COMPACT_INDEX_BYTES,
         handoff: bytes | None = None,
+        dir_mode: int = defaults.DIR_MODE,
         **kwargs: Any,
     ) -> None:
         """``handoff``: what ``hand_off()`` of this queue's previous actor returned (its
@@ -87,6 +88,7 @@ class DurableQueue(QueueActorBase):
             fsync_interval_s=fsync_interval_s,
             compact_index_bytes=compact_index_bytes,
             lock_wait_s=defaults.LOCK_WAIT_S if _on_worker() else 0.0,
+            dir_mode=dir_mode,
         )
         self._core.journal = []
         self._func_refs: dict[bytes, tuple[int, int]] = {}

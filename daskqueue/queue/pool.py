@@ -183,6 +183,9 @@ class QueuePool:
     * ``max_segment_bytes`` (durable, default 64 MiB, at least 4 KiB): log segment size; also
       caps one message.
     * ``compact_index_bytes`` (durable, default 16 MiB): index size that triggers compaction.
+    * ``dir_mode`` (durable, default ``0o700``): the mode of the directories the pool creates
+      (their files get the same bits without execute: ``0o600``). Anyone who can write them
+      can run code in the workers and the client (payloads and results are pickles).
     * ``lease_timeout_s`` (default 30): how long a delivered message may stay unsettled
       before it is redelivered; consumers extend the leases of work they are running.
     * ``max_retries`` (default 3): failed runs retried before a message is dead-lettered.
@@ -229,6 +232,7 @@ class QueuePool:
         type_caps: dict[str, int] | None = None,
         name: str | None = None,
         direct_to_workers: bool | None = None,
+        dir_mode: int = defaults.DIR_MODE,
     ) -> None:
         if not isinstance(client, Client):
             raise ConfigurationError(f"client must be a distributed.Client, got {type(client).__name__}")
@@ -238,7 +242,7 @@ class QueuePool:
             max_message_bytes=max_message_bytes, put_batch_size=put_batch_size, dirpath=dirpath,
             fsync=fsync, fsync_interval_s=fsync_interval_s, max_segment_bytes=max_segment_bytes,
             compact_index_bytes=compact_index_bytes, scheduler=scheduler, max_type_share=max_type_share,
-            max_scan=max_scan, max_type_cap=max_type_cap, type_caps=dict(type_caps or {}),
+            max_scan=max_scan, max_type_cap=max_type_cap, type_caps=dict(type_caps or {}), dir_mode=dir_mode,
         )
         self.client = client
         self.name = check_optional_str("name", name) or f"queuepool-{uuid.uuid4().hex[:8]}"
@@ -325,7 +329,7 @@ class QueuePool:
         if self.durability == "durable":
             if not prepare:
                 return DurableQueue, [(i, queue_dir(self.dirpath, i)) for i in range(n)]  # type: ignore[arg-type]
-            dirs = prepare_pool_dir(self.dirpath, n)  # type: ignore[arg-type]
+            dirs = prepare_pool_dir(self.dirpath, n, self.config.dir_mode)  # type: ignore[arg-type]
             return DurableQueue, list(enumerate(dirs))
         return TransientQueue, [(i,) for i in range(n)]
 

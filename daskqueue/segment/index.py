@@ -31,14 +31,14 @@ class IndexSegment:
         self.dirty = False
 
     @classmethod
-    def create(cls, path: str, records: list[bytes] = ()) -> IndexSegment:  # type: ignore[assignment]
+    def create(cls, path: str, records: list[bytes] = (), mode: int = 0o600) -> IndexSegment:  # type: ignore[assignment]
         """Create ``path`` with a header and ``records`` (encoded with ``IndexRecord.to_bytes()``:
         compaction keeps them so, see ``DurableQueue._compact``), crash-safely: written and fsynced as
         ``path + ".tmp"``, then renamed to ``path`` with ``os.replace``. The caller fsyncs the
         directory; recovery rule 1 deletes a ``.tmp`` a crash left."""
         tmp = path + ".tmp"
         with os_errors(tmp, "create an index"):
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, mode)
         try:
             data = pack_file_header(INDEX_MAGIC) + b"".join(records)
             _write_all(fd, data, tmp)

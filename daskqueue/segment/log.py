@@ -97,7 +97,7 @@ class LogSegment:
         self._map = mmap.mmap(fd, capacity)
 
     @classmethod
-    def create(cls, path: str, number: int, capacity: int) -> LogSegment:
+    def create(cls, path: str, number: int, capacity: int, mode: int = 0o600) -> LogSegment:
         """Create a sparse segment of ``capacity`` bytes holding only its header.
 
         Crash-safe: the file is written and fsynced as ``path + ".tmp"`` and only then renamed
@@ -108,7 +108,7 @@ class LogSegment:
             raise StoreError(f"{path}: log segment exists already")
         tmp = path + ".tmp"
         with os_errors(tmp, "create a log segment"):
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, mode)
         try:
             with os_errors(tmp, "create a log segment"):
                 os.ftruncate(fd, capacity)  # sparse: no blocks, no zero buffer

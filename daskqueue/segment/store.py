@@ -68,6 +68,7 @@ class SegmentStore:
         compact_index_bytes: int = 16 * 2**20,
         on_corruption: Callable[[CorruptRecordError], None] | None = None,
         lock_wait_s: float = 0.0,
+        dir_mode: int = 0o700,
     ) -> None:
         if fsync not in ("always", "interval", "never"):
             raise ValueError(f"fsync must be 'always', 'interval' or 'never', got {fsync!r}")
@@ -89,6 +90,11 @@ class SegmentStore:
         self._sync_scheduled = False  # commit() told the owner of the pending interval sync
         self._lock_fd = -1
         self._lock_wait_s = lock_wait_s
+        # A new directory gets ``dir_mode`` (default: the owner only); its files the same
+        # bits without execute (0o600): payloads are pickles, and whoever can write them can
+        # run code in the workers.
+        self.dir_mode = dir_mode
+        self.file_mode = dir_mode & 0o666
         self._failed: StoreError | None = None  # a failed write-back or roll-back: stop writing
         self._open_directory()
         try:
@@ -104,7 +110,9 @@ class SegmentStore:
         if os.path.exists(path) and not os.path.isdir(path):
             raise StoreError(f"{path} exists and is not a directory")
         with os_errors(path, "use as a queue directory"):
-            os.makedirs(path, exist_ok=True)
+            if not os.path.exists(path):
+                os.makedirs(path, mode=self.dir_mode, exist_ok=True)
+                os.chmod(path, self.dir_mode)  # makedirs' mode is masked by the umask
             entries = set(os.listdir(path))
         if MARKER_NAME in entries:
             self._check_marker()
@@ -152,7 +160,7 @@ class SegmentStore:
     def _lock(self) -> None:
         path = self._path(LOCK_NAME)
         with os_errors(path, "open the lock file"):
-            self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, self.file_mode)
         try:
             self._flock_waiting(self._lock_fd)
         except BlockingIOError:
@@ -227,7 +235,7 @@ class SegmentStore:
         new store, create generation 1."""
         if replayed is None or generation is None:
             self.generation = 1
-            self._index = IndexSegment.create(self._path(index_name(1)))
+            self._index = IndexSegment.create(self._path(index_name(1)), mode=self.file_mode)
             self.records = []
             self._sync_dir()
             return
@@ -309,7 +317,7 @@ class SegmentStore:
             self._dirty_since = time.monotonic()
 
     def _new_segment(self, number: int) -> LogSegment:
-        segment = LogSegment.create(self._path(log_name(number)), number, self.max_segment_bytes)
+        segment = LogSegment.create(self._path(log_name(number)), number, self.max_segment_bytes, self.file_mode)
         self._segments[number] = segment  # closed by close() even if the next line fails
         self._sync_dir()
         logger.debug("%s: new log segment %d", self.dirpath, number)
@@ -417,7 +425,7 @@ class SegmentStore:
         crash-safely (FORMAT.md)."""
         self.sync()  # copied-forward log records must be on disk before the index names them
         nxt = self.generation + 1
-        new = IndexSegment.create(self._path(index_name(nxt)), records)  # fsynced, renamed
+        new = IndexSegment.create(self._path(index_name(nxt)), records, self.file_mode)  # fsynced, renamed
         old = self._index
         self._index, self.generation = new, nxt  # renamed into place: it is the index now
         self._retained.clear()  # the new index no longer holds the damaged records

@@ -36,3 +36,32 @@ def test_an_unknown_pool_file_format_is_refused(tmp_path):
     (tmp_path / POOL_FILE).write_text(json.dumps({"format": 99, "n_queues": 1}))
     with pytest.raises(ConfigurationError, match="unknown format"):
         prepare_pool_dir(str(tmp_path), 1)
+
+
+def test_new_pool_and_queue_directories_are_the_owners_only(tmp_path):
+    import stat
+
+    from daskqueue.queue.directory import prepare_pool_dir
+    from daskqueue.segment.store import SegmentStore
+
+    pool = tmp_path / "pool"
+    (qdir,) = prepare_pool_dir(str(pool), 1)
+    store = SegmentStore(qdir)
+    try:
+        assert stat.S_IMODE(pool.stat().st_mode) == 0o700
+        assert stat.S_IMODE((pool / "queue-000").stat().st_mode) == 0o700
+        files = [p for p in (pool / "queue-000").iterdir() if p.name.endswith((".lock", ".log", ".idx"))
+                 or p.name.startswith(("log", "index", "LOCK", "lock"))]
+        assert files
+        for p in files:
+            assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, p
+    finally:
+        store.close()
+    shared = tmp_path / "shared"
+    (sdir,) = prepare_pool_dir(str(shared), 1, mode=0o750)
+    store = SegmentStore(sdir, dir_mode=0o750)
+    try:
+        assert stat.S_IMODE(shared.stat().st_mode) == 0o750
+        assert stat.S_IMODE((shared / "queue-000").stat().st_mode) == 0o750
+    finally:
+        store.close()
