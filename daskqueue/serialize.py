@@ -152,6 +152,7 @@ class ChunkMeta(NamedTuple):
     digest: bytes | None
     type: str | None
     key: str | None
+    time_limit_s: float = 0.0  # 0: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +172,11 @@ class Group:
     #: the put's arrival. Absolute, so that every put of one call falls due at one instant
     #: however long the call takes to send.
     due_epoch: float = 0.0
+    #: Seconds a message may run before it is interrupted (0: no limit).
+    time_limit_s: float = 0.0
 
     def meta(self) -> ChunkMeta:
-        return ChunkMeta(self.kind, self.digest, self.type, self.key)
+        return ChunkMeta(self.kind, self.digest, self.type, self.key, self.time_limit_s)
 
     def delay_now(self) -> float:
         """Seconds from now until these messages are due (0: ready now)."""
@@ -182,7 +185,8 @@ class Group:
 
 def encode_put(groups: Iterable[Group], funcs: dict[bytes, bytes]) -> bytes:
     flat = [
-        (g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, g.count, g.offsets, g.data, g.due_epoch)
+        (g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, g.count, g.offsets, g.data, g.due_epoch,
+         g.time_limit_s)
         for g in groups
     ]
     return pickle.dumps((funcs, flat), PROTOCOL)
@@ -213,6 +217,7 @@ class Segment(NamedTuple):
     key: str | None
     offsets: bytes  # uint32 offsets of the chunk, count + 1 of them, not rebased
     data: bytes  # the payloads, starting at offsets[0]
+    time_limit_s: float = 0.0  # how long each message may run (0: no limit)
 
     def payloads(self) -> Iterable[bytes]:
         """Each message's payload bytes, in order."""

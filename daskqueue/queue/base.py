@@ -1157,6 +1157,7 @@ def _segment(span: Span) -> Segment:
     return Segment(
         span.first_seq, span.count, span.attempts, meta.kind, meta.digest, meta.type,
         span.chunk.priority, meta.key, offs.tobytes(), payload.data[offs[0] : offs[-1]],
+        getattr(meta, "time_limit_s", 0.0),
     )
 
 
@@ -1175,7 +1176,7 @@ def _moved_group(span: Span, delay_s: float) -> Group:
     base = offs[0]
     offsets = array("I", [o - base for o in offs])
     return Group(meta.kind, meta.digest, meta.type, span.chunk.priority, meta.key, delay_s, span.count,
-                 offsets.tobytes(), bytes(payload.data[base : offs[-1]]))
+                 offsets.tobytes(), bytes(payload.data[base : offs[-1]]), 0.0, getattr(meta, "time_limit_s", 0.0))
 
 
 def _ran_ranges(lease: Lease, done: int) -> list[tuple[int, int]]:

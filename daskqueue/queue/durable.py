@@ -132,7 +132,7 @@ class DurableQueue(QueueActorBase):
             h = rc.header
             payload = ChunkPayload(rc.offsets, rc.data, rc.segment, rc.offset)
             chunk = chunks[h.base_seq] = Chunk(h.base_seq, h.count, h.priority, payload,
-                                               ChunkMeta(h.kind, h.digest, h.type, h.key), type=h.type,
+                                               ChunkMeta(h.kind, h.digest, h.type, h.key, h.time_limit_s), type=h.type,
                                                key=h.key)
             self._core.restore(chunk, rc.spans, now=now, not_before=h.not_before or None)
             live = sum(stop - start for start, stop, _ in rc.spans)
@@ -228,7 +228,7 @@ class DurableQueue(QueueActorBase):
                     stop += 1
                 sub = array("I", (o - offs[start] for o in offs[start : stop + 1]))
                 out.append(Group(g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, stop - start,
-                                 sub.tobytes(), g.data[offs[start] : offs[stop]], g.due_epoch))
+                                 sub.tobytes(), g.data[offs[start] : offs[stop]], g.due_epoch, g.time_limit_s))
                 start = stop
         return out
 
@@ -243,7 +243,8 @@ class DurableQueue(QueueActorBase):
         for chunk, delay_s in chunks:
             payload, meta = chunk.payload, chunk.meta
             not_before = now + delay_s if delay_s > 0 else 0.0
-            header = ChunkHeader(chunk.base_seq, chunk.count, chunk.priority, *meta, not_before)
+            header = ChunkHeader(chunk.base_seq, chunk.count, chunk.priority, meta.kind, meta.digest, meta.type,
+                                 meta.key, not_before, meta.time_limit_s)
             seg, off = self._store.append_log(LogType.CHUNK, header.to_bytes(), payload.offsets.tobytes(), payload.data)
             chunk.payload = payload.stored_at(seg, off)
             records.append(IndexRecord(IndexType.CHUNK, chunk.base_seq, chunk.count, 0, seg, off))

@@ -46,11 +46,12 @@ class PutOptions:
     key: str | None = None
     delay_s: float = 0.0
     due_epoch: float = 0.0  # eta=: seconds since the epoch (then delay_s is 0)
+    time_limit_s: float = 0.0  # how long each message may run (0: no limit)
 
     def group(self, kind: int, digest: bytes | None, count: int, offsets: bytes, data: bytes) -> Group:
         """A put group of ``count`` packed messages with these options."""
         return Group(kind, digest, self.type, self.priority, self.key, self.delay_s, count, offsets, data,
-                     self.due_epoch)
+                     self.due_epoch, self.time_limit_s)
 
 
 class PutBatch(NamedTuple):

@@ -86,7 +86,7 @@ CHUNK_HEADER = struct.Struct(
     "B"  # flags: bit 0 = has digest
     "H"  # length of the type string
     "H"  # length of the key string
-    "H"  # reserved, 0
+    "e"  # time limit in seconds, a half float (0 = none; this was a reserved u16 0)
     f"{DIGEST_SIZE}s"  # function digest, zeros if none
     "d"  # not-before, wall clock (0 = none)
 )
@@ -202,6 +202,7 @@ class ChunkHeader:
     type: str | None
     key: str | None
     not_before: float
+    time_limit_s: float = 0.0
 
     @staticmethod
     def encoded_size(type_: str | None, key: str | None) -> int:
@@ -213,7 +214,7 @@ class ChunkHeader:
         k = (self.key or "").encode()
         flags = HAS_DIGEST if self.digest is not None else 0
         head = CHUNK_HEADER.pack(
-            self.base_seq, self.count, self.priority, self.kind, flags, len(t), len(k), 0,
+            self.base_seq, self.count, self.priority, self.kind, flags, len(t), len(k), self.time_limit_s,
             self.digest or bytes(DIGEST_SIZE), self.not_before,
         )
         return head + t + k
@@ -221,11 +222,12 @@ class ChunkHeader:
     @classmethod
     def from_bytes(cls, buf: bytes | memoryview) -> tuple[ChunkHeader, int]:
         """Decode the header at the start of a CHUNK body; return it and its size in bytes."""
-        base, count, prio, kind, flags, tlen, klen, _, digest, not_before = CHUNK_HEADER.unpack_from(buf)
+        base, count, prio, kind, flags, tlen, klen, limit, digest, not_before = CHUNK_HEADER.unpack_from(buf)
         at = CHUNK_HEADER.size
         t = bytes(buf[at : at + tlen]).decode() if tlen else None
         k = bytes(buf[at + tlen : at + tlen + klen]).decode() if klen else None
-        header = cls(base, count, prio, kind, digest if flags & HAS_DIGEST else None, t, k, not_before)
+        header = cls(base, count, prio, kind, digest if flags & HAS_DIGEST else None, t, k, not_before,
+                     float(limit) if limit > 0 else 0.0)
         return header, at + tlen + klen
 
 
