@@ -100,3 +100,4 @@ TYPE_GOSSIP_S: float = 0.05
 TYPE_GOSSIP_STALE_S: float = 3.0
 MOVE_POLL_S: float = 0.1  # how often remove_queue looks whether its queue is drained
 DIR_MODE: int = 0o700  # a new durable directory's mode: the owner only (files: 0o600)
+TIME_LIMIT_GRACE_S: float = 5.0  # how long a task past its time limit may ignore the interruption

@@ -33,6 +33,7 @@ __all__ = [
     "KilledWorkerError",
     "QueueEmpty",
     "LeaseExpiredError",
+    "TimeLimitExceeded",
     "JoinTimeoutError",
     "RemoteTaskError",
     "StoreError",
@@ -196,6 +197,12 @@ class KilledWorkerError(DaskQueueError):
 
 class QueueEmpty(DaskQueueError):
     """A non-blocking get found no message ready."""
+
+
+class TimeLimitExceeded(DaskQueueError):
+    """Raised inside a task that ran past its time limit (``time_limit_s``): the task fails
+    with it (retried, then dead-lettered). See ``daskqueue.consumer.limits`` for what it
+    cannot interrupt."""
 
 
 class LeaseExpiredError(DaskQueueError):

@@ -120,3 +120,17 @@ def timed_sleep(x, seconds):
     start = time.time()
     time.sleep(seconds)
     return x, start, time.time()
+
+
+def spin(seconds):
+    """Busy-loop in Python for ``seconds`` (interruptible between bytecodes); return them."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return seconds
+
+
+def block_in_c(seconds):
+    """Block in one C call (``time.sleep``) that a time limit cannot interrupt."""
+    time.sleep(seconds)
+    return seconds

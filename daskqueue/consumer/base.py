@@ -18,6 +18,7 @@ the loop fetches the next only when one of those slots frees up.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from daskqueue import defaults, metrics
+from daskqueue.consumer.limits import run_limited, watchdog
 from daskqueue.errors import LeaseExpiredError, QueueHandedOffError, QueueLostError
 from daskqueue.messages import Kind, Message, Task, error_from_exception, make_id
 from daskqueue.queue.handles import ORPHAN_CHECK_S, released_actor, worker_handle
@@ -194,6 +196,8 @@ class ConsumerBase:
         self._batches = self._items_done = self._items_failed = 0
         self._refused = self._fetch_calls = 0
         self._running_batches = 0
+        self._batch_threads: dict[int, int] = {}  # lease id -> the thread running it
+        self.abandoned = 0  # batches left to a thread that ignored its time limit
         self._duration_buckets = [0] * len(DURATION_BUCKETS_S)
         self._duration_count = 0
         self._duration_sum_s = 0.0
@@ -647,6 +651,8 @@ class ConsumerBase:
                 await self._record(batch, outcome)
             else:
                 await self._settle(batch, outcome, early=False)
+        except _Abandoned:
+            pass  # not settled: its lease expires and the queue redelivers it (an attempt)
         except Exception:
             logger.exception(
                 "consumer %d: settling lease %d failed; its messages will be redelivered",
@@ -661,9 +667,38 @@ class ConsumerBase:
         if self._runner is None:
             loop = asyncio.get_running_loop()
             executor = self._reserved_executor if batch.reserved else self._executor
-            return await loop.run_in_executor(executor, self._run_batch_safely, batch)
+            running = loop.run_in_executor(executor, self._run_batch_safely, batch)
+            if not any(seg.time_limit_s for seg in batch.segments):
+                return await running
+            return await self._run_watched(batch, running)
         done, errors, fatal, blob, run_s = await self._runner.run(batch, self._func_bytes)
         return Outcome(done, errors, fatal, [], blob), run_s
+
+    async def _run_watched(self, batch: Batch, running: asyncio.Future[Any]) -> tuple[Outcome, float]:
+        """Await a batch with time limits; if an item ignores its interruption for
+        ``TIME_LIMIT_GRACE_S``, leave its thread behind: raise :class:`_Abandoned` (the batch
+        is not settled and its lease no longer extended, so the queue redelivers it), and run
+        later batches on fresh threads so that the slot is not lost."""
+        while True:
+            done, _ = await asyncio.wait({running}, timeout=min(1.0, defaults.TIME_LIMIT_GRACE_S / 5))
+            if done:
+                return running.result()
+            thread = self._batch_threads.get(batch.lease_id)
+            if thread is not None and watchdog.overdue_s(thread) > defaults.TIME_LIMIT_GRACE_S:
+                break
+        self.abandoned += 1
+        logger.error("consumer %d: an item of lease %d ignored its time limit for %g s (a C call, or "
+                     "it caught the exception); leaving its thread behind, its lease to expire",
+                     self.index, batch.lease_id, defaults.TIME_LIMIT_GRACE_S)
+        if batch.reserved:
+            old, self._reserved_executor = self._reserved_executor, ThreadPoolExecutor(
+                self.reserved_slots, thread_name_prefix=f"daskqueue-consumer-{self.index}-reserved")
+        else:
+            old, self._executor = self._executor, ThreadPoolExecutor(
+                self.max_concurrency, thread_name_prefix=f"daskqueue-consumer-{self.index}")
+        if old is not None:
+            old.shutdown(wait=False)
+        raise _Abandoned(batch.lease_id)
 
     async def _settle(self, batch: Batch, outcome: Outcome, *, early: bool) -> None:
         results = None if early else _dump_results(outcome)
@@ -765,6 +800,7 @@ class ConsumerBase:
         with the error given there, unrun: a child process finding which item kills it
         (``daskqueue.consumer.isolate``) runs batches so; the fast path is ``run_batch``."""
         started = time.perf_counter()
+        self._batch_threads[batch.lease_id] = threading.get_ident()
         try:
             if not self._setup_done:
                 with self._setup_lock:  # several run threads may arrive here at once
@@ -780,6 +816,8 @@ class ConsumerBase:
             error = error_from_exception(e)
             outcome = Outcome(batch.count, dict.fromkeys(range(batch.count), error), set(),
                               [None] * batch.count)
+        finally:
+            self._batch_threads.pop(batch.lease_id, None)
         return outcome, time.perf_counter() - started
 
     def run_batch(self, batch: Batch) -> Outcome:
@@ -812,7 +850,10 @@ class ConsumerBase:
                         seg.key,
                         seg.attempts,
                     )
-                    results.append(self.process_item(message))
+                    if seg.time_limit_s:
+                        results.append(run_limited(functools.partial(self.process_item, message), seg.time_limit_s))
+                    else:
+                        results.append(self.process_item(message))
                 except Exception as e:
                     errors[pos] = error_from_exception(e)
                     results.append(None)
@@ -836,6 +877,10 @@ class ConsumerBase:
                 raise LookupError(f"function {digest!r} is unknown to this consumer's queue")
             func = self._funcs[digest] = loads(data)  # type: ignore[index]
         return func
+
+
+class _Abandoned(Exception):
+    """A batch left to a thread that ignored its time limit (see ``_run_watched``)."""
 
 
 def _worker_address() -> str | None:

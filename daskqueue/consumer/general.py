@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from daskqueue.consumer.base import Batch, ConsumerBase, Outcome
+from daskqueue.consumer.limits import run_limited
 from daskqueue.errors import InvalidTaskError
 from daskqueue.messages import Kind, Message, Task, error_from_exception
 from daskqueue.serialize import loads
@@ -49,11 +51,15 @@ class GeneralConsumer(ConsumerBase):
                     append(None)
                     pos += 1
                 continue
+            limit = seg.time_limit_s
             for payload in seg.payloads():
                 if self._halt_items:
                     return Outcome(pos, errors, fatal, results)
                 try:
-                    if seg.kind == Kind.CALL:
+                    if limit and seg.kind != Kind.RAW:
+                        args, kwargs = loads(payload) if seg.kind == Kind.CALL_KW else (loads(payload), {})
+                        append(run_limited(functools.partial(func, *args, **kwargs), limit))  # type: ignore[arg-type]
+                    elif seg.kind == Kind.CALL:
                         append(func(*loads(payload)))  # type: ignore[misc]
                     elif seg.kind == Kind.CALL_KW:
                         args, kwargs = loads(payload)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daskqueue.consumer.child import FRAME, encode_frame
+from daskqueue.defaults import TIME_LIMIT_GRACE_S
 from daskqueue.messages import killed_error
 
 __all__ = ["ProcessRunner", "ChildDied", "child_killed_error"]
@@ -48,10 +49,11 @@ class ChildDied(Exception):
     """The child process ended while running a batch; ``last_started`` is the position of the
     item it had started last (when it was reporting starts), else None."""
 
-    def __init__(self, returncode: int | None, last_started: int | None) -> None:
+    def __init__(self, returncode: int | None, last_started: int | None, timed_out: bool = False) -> None:
         super().__init__(f"child process died with return code {returncode}")
         self.returncode = returncode
         self.last_started = last_started
+        self.timed_out = timed_out  # killed by its runner: an item ran past its time limit
 
 
 @dataclass(eq=False)
@@ -66,6 +68,7 @@ class _Child:
     reader: asyncio.Task[None] | None = None
     requests: dict[int, _Request] = field(default_factory=dict)
     sent_funcs: set[bytes] = field(default_factory=set)
+    timed_out: bool = False  # killed because an item ignored its time limit
 
 
 class ProcessRunner:
@@ -194,7 +197,7 @@ class ProcessRunner:
                            "in it", self.index, returncode, len(child.requests))
         for request in child.requests.values():
             if not request.future.done():
-                request.future.set_exception(ChildDied(returncode, request.last_started))
+                request.future.set_exception(ChildDied(returncode, request.last_started, child.timed_out))
         child.requests.clear()
 
     async def _dispatch_replies(self, child: _Child) -> None:
@@ -235,6 +238,11 @@ class ProcessRunner:
                 killer = e.last_started
                 if killer is None:  # it died before any item started: blame the first
                     killer = min(p for p in range(batch.count) if p not in skip)
+                if e.timed_out:
+                    logger.warning("consumer %d: the item at position %d of lease %d ran past its time "
+                                   "limit and did not stop; failing it", self.index, killer, batch.lease_id)
+                    skip[killer] = time_limit_error(batch, killer)
+                    continue
                 logger.warning("consumer %d: the item at position %d of lease %d killed its "
                                "process; failing it", self.index, killer, batch.lease_id)
                 skip[killer] = child_killed_error(e.returncode)
@@ -255,7 +263,49 @@ class ProcessRunner:
         child.sent_funcs.update(needed)
         if child.reader is not None and child.reader.done() and not request.future.done():
             request.future.set_exception(ChildDied(child.proc.returncode, None))  # died before
+        allowance = _allowance(batch, skip)
+        if allowance is not None:
+            done, _ = await asyncio.wait({request.future}, timeout=allowance)
+            if not done and child.proc.returncode is None:
+                # An item ignored its interruption (a C call, or it caught the exception):
+                # the child's slot would be held for good. End the child; the batch is rerun
+                # item by item and the item that hangs is failed (see _recover).
+                logger.warning("consumer %d: lease %d ran %g s past its items' time limits; killing "
+                               "its child process", self.index, batch.lease_id, TIME_LIMIT_GRACE_S)
+                child.timed_out = True
+                child.proc.kill()
         return await request.future
+
+
+def _allowance(batch: Any, skip: dict[int, bytes]) -> float | None:
+    """The longest a batch may run when every item has a time limit: their sum (the child's
+    watchdog interrupts each one) plus ``TIME_LIMIT_GRACE_S``; None if any item has none."""
+    total = 0.0
+    pos = 0
+    for seg in batch.segments:
+        limit = getattr(seg, "time_limit_s", 0.0)
+        if not limit:
+            return None
+        total += limit * sum(1 for p in range(pos, pos + seg.count) if p not in skip)
+        pos += seg.count
+    return total + TIME_LIMIT_GRACE_S
+
+
+def time_limit_error(batch: Any, position: int) -> bytes:
+    """The error of an item that ran past its time limit and could not be interrupted."""
+    from daskqueue.messages import encode_error
+
+    limit = 0.0
+    pos = 0
+    for seg in batch.segments:
+        if position < pos + seg.count:
+            limit = getattr(seg, "time_limit_s", 0.0)
+            break
+        pos += seg.count
+    name = "daskqueue.errors.TimeLimitExceeded"
+    text = (f"the task ran past its time limit of {limit:g} s and did not stop when interrupted "
+            f"(a C call, or it caught the exception): its process was killed {TIME_LIMIT_GRACE_S:g} s later")
+    return encode_error(name, text, f"{name}: {text}\n")
 
 
 def _digests(batch: Any) -> set[bytes]:

@@ -88,6 +88,9 @@ def eta_epoch_s(eta: Eta) -> float:
 
 logger = logging.getLogger("daskqueue")
 
+#: The longest time limit a message can carry (a durable queue stores it as a half float).
+MAX_TIME_LIMIT_S = 65504.0
+
 
 def _results_or_raise(futures: list[Any]) -> list[Any]:
     """Results of all futures; if any failed (or did not start within
@@ -183,6 +186,8 @@ class QueuePool:
     * ``max_segment_bytes`` (durable, default 64 MiB, at least 4 KiB): log segment size; also
       caps one message.
     * ``compact_index_bytes`` (durable, default 16 MiB): index size that triggers compaction.
+    * ``time_limit_s`` (default None: no limit): how long a message may run before it is
+      interrupted (a failed attempt); every enqueue call can set its own.
     * ``dir_mode`` (durable, default ``0o700``): the mode of the directories the pool creates
       (their files get the same bits without execute: ``0o600``). Anyone who can write them
       can run code in the workers and the client (payloads and results are pickles).
@@ -233,6 +238,7 @@ class QueuePool:
         name: str | None = None,
         direct_to_workers: bool | None = None,
         dir_mode: int = defaults.DIR_MODE,
+        time_limit_s: float | None = None,
     ) -> None:
         if not isinstance(client, Client):
             raise ConfigurationError(f"client must be a distributed.Client, got {type(client).__name__}")
@@ -244,6 +250,9 @@ class QueuePool:
             compact_index_bytes=compact_index_bytes, scheduler=scheduler, max_type_share=max_type_share,
             max_scan=max_scan, max_type_cap=max_type_cap, type_caps=dict(type_caps or {}), dir_mode=dir_mode,
         )
+        check_number("time_limit_s", time_limit_s, above=0, at_most=MAX_TIME_LIMIT_S, none_ok=True)
+        #: How long a message may run unless its submission says otherwise (None: no limit).
+        self.time_limit_s = time_limit_s
         self.client = client
         self.name = check_optional_str("name", name) or f"queuepool-{uuid.uuid4().hex[:8]}"
         self.queues: list[Any] = []
@@ -396,14 +405,16 @@ class QueuePool:
     # -- submitting tasks ---------------------------------------------------------------------
 
     def submit(self, func: Callable[..., Any], *args: Any, dq_type: str | None = None, dq_priority: int = 0,
-               dq_key: str | None = None, dq_delay_s: float = 0.0, dq_eta: Eta = None, **kwargs: Any) -> int:
+               dq_key: str | None = None, dq_delay_s: float = 0.0, dq_eta: Eta = None,
+               dq_time_limit_s: float | None = None, **kwargs: Any) -> int:
         """Enqueue ``func(*args, **kwargs)``; return its task id.
 
         The ``dq_`` keywords are the message's own options (the others go to ``func``): its
         ``type``, ``priority``, routing ``key``, and a delay (``dq_delay_s``) or a due time
-        (``dq_eta``, a ``datetime`` or epoch seconds) before which it does not run.
+        (``dq_eta``, a ``datetime`` or epoch seconds) before which it does not run, and
+        ``dq_time_limit_s``: how long it may run (see :meth:`batch_submit`).
         """
-        options = self._put_options(dq_type, dq_priority, dq_key, dq_delay_s, dq_eta)
+        options = self._put_options(dq_type, dq_priority, dq_key, dq_delay_s, dq_eta, dq_time_limit_s)
         return self._send(encode_calls([(func, args, kwargs)], options, **self._encoding(1, options)), n=1,
                           queue=self._route(options))[0]
 
@@ -417,6 +428,7 @@ class QueuePool:
         delay_s: float = 0.0,
         eta: Eta = None,
         keys: Sequence[str] | None = None,
+        time_limit_s: float | None = None,
     ) -> list[int]:
         """Enqueue tasks given as tuples ``(func, *args)``; return their ids, in order.
 
@@ -424,9 +436,10 @@ class QueuePool:
         non-callable task raises (naming its index) and enqueues nothing. Each distinct
         function is pickled once per call. ``keys`` (one per task): tasks with the same key
         go to one queue and run one at a time, in this order (see the README's "Routing by
-        key").
+        key"). ``time_limit_s`` (default: the pool's): a task still running after that long is
+        interrupted and counts as a failed attempt (see the README's "Time limits").
         """
-        options = self._put_options(type, priority, key, delay_s, eta)
+        options = self._put_options(type, priority, key, delay_s, eta, time_limit_s)
         tasks = tasks if isinstance(tasks, list) else list(tasks)
         if keys is not None:
             calls = calls_from_tasks(tasks)
@@ -451,6 +464,7 @@ class QueuePool:
         delay_s: float = 0.0,
         eta: Eta = None,
         key: Callable[[Any], str] | None = None,
+        time_limit_s: float | None = None,
     ) -> list[Any]:
         """Run ``func(x)`` for each ``x`` on the cluster; return the results in input order.
 
@@ -461,7 +475,7 @@ class QueuePool:
         :class:`JoinTimeoutError` after ``timeout_s``.
         """
         check_choice("errors", errors, ("raise", "return"))
-        options = self._put_options(type, priority, None, delay_s, eta)
+        options = self._put_options(type, priority, None, delay_s, eta, time_limit_s)
         if not self._has_running_consumers():
             raise NoConsumersError(f"map() needs a started ConsumerPool on {self!r}: create one "
                                    "and call start() first")
@@ -531,20 +545,21 @@ class QueuePool:
     # -- raw items ----------------------------------------------------------------------------
 
     def put(self, item: Any, *, type: str | None = None, priority: int = 0, key: str | None = None,
-            delay_s: float = 0.0, eta: Eta = None) -> int:
+            delay_s: float = 0.0, eta: Eta = None, time_limit_s: float | None = None) -> int:
         """Enqueue one raw item for a custom consumer; return its message id."""
-        return self.put_many([item], type=type, priority=priority, key=key, delay_s=delay_s, eta=eta)[0]
+        return self.put_many([item], type=type, priority=priority, key=key, delay_s=delay_s, eta=eta,
+                             time_limit_s=time_limit_s)[0]
 
     def put_many(self, items: Iterable[Any], *, type: str | None = None, priority: int = 0,
                  key: str | None = None, delay_s: float = 0.0, eta: Eta = None,
-                 keys: Sequence[str] | None = None) -> list[int]:
+                 keys: Sequence[str] | None = None, time_limit_s: float | None = None) -> list[int]:
         """Enqueue raw items (each pickled on its own) for a custom consumer; return their ids.
 
         Every enqueue call takes the same message options: ``type`` (what a fair or capped
         pool schedules by), ``priority`` (higher first), ``key``, and ``delay_s`` or ``eta``
         (a ``datetime`` or epoch seconds): the messages do not run before then.
         """
-        options = self._put_options(type, priority, key, delay_s, eta)
+        options = self._put_options(type, priority, key, delay_s, eta, time_limit_s)
         items = list(items)
         if keys is not None:
             return self._send_keyed(options, self._check_keys(keys, len(items), key),
@@ -558,7 +573,7 @@ class QueuePool:
     # -- encoding and sending -----------------------------------------------------------------
 
     def _put_options(self, type: str | None = None, priority: int = 0, key: str | None = None,
-                     delay_s: float = 0.0, eta: Eta = None) -> PutOptions:
+                     delay_s: float = 0.0, eta: Eta = None, time_limit_s: float | None = None) -> PutOptions:
         """The validated options of a submission; raises :class:`QueueClosedError` first if
         the pool is closed."""
         self._check_open()
@@ -573,8 +588,11 @@ class QueuePool:
             if delay_s:
                 raise ConfigurationError("give delay_s or eta, not both")
             due_epoch = eta_epoch_s(eta)
+        if time_limit_s is None:
+            time_limit_s = self.time_limit_s
+        check_number("time_limit_s", time_limit_s, above=0, at_most=MAX_TIME_LIMIT_S, none_ok=True)
         return PutOptions(check_optional_str("type", type), priority, check_optional_str("key", key),
-                          float(delay_s), due_epoch)
+                          float(delay_s), due_epoch, float(time_limit_s or 0.0))
 
     def _encoding(self, n: int, options: PutOptions) -> dict[str, int]:
         """The chunk size and message size limit of a submission of ``n`` messages (the

@@ -1,0 +1,61 @@
+"""Time limits: a task past its limit is interrupted and counts as a failed attempt; one that
+cannot be interrupted (a C call) loses its slot and lease instead of holding them forever;
+limits set per pool, per call and per message; threads and child processes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from daskqueue.errors import ConfigurationError, RemoteTaskError
+from tests import tasks
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_task_past_its_limit_is_interrupted_retried_then_dead_lettered(pools, isolation):
+    qp = pools.queue(1, max_retries=1, retry_backoff_base_s=0.01)
+    cp = pools.consumer(qp, n_consumers=1, isolation=isolation)
+    cp.start()
+    started = time.monotonic()
+    slow = qp.submit(tasks.spin, 30, dq_time_limit_s=0.5)
+    fast = qp.batch_submit([(tasks.spin, 0.01) for _ in range(5)], time_limit_s=5)
+    with pytest.raises(RemoteTaskError) as info:
+        qp.result(slow, timeout_s=60)
+    assert time.monotonic() - started < 20  # two attempts of 0.5 s, not 30 s
+    assert info.value.exc_type == "daskqueue.errors.TimeLimitExceeded" and info.value.attempts == 2
+    assert [qp.result(i, timeout_s=30) for i in fast] == [0.01] * 5
+
+
+@pytest.mark.timeout(120)
+def test_the_pools_limit_applies_unless_a_call_sets_its_own(pools):
+    qp = pools.queue(1, max_retries=0, time_limit_s=0.3)
+    cp = pools.consumer(qp, n_consumers=1, isolation="thread")
+    cp.start()
+    out = qp.map(tasks.spin, [0.01, 2.0], errors="return", timeout_s=60)
+    assert out[0] == 0.01 and isinstance(out[1], RemoteTaskError)
+    assert qp.map(tasks.spin, [1.0], time_limit_s=10, timeout_s=60) == [1.0]
+    with pytest.raises(ConfigurationError, match="time_limit_s"):
+        qp.submit(tasks.spin, 1, dq_time_limit_s=-1)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_task_that_cannot_be_interrupted_does_not_hold_its_slot(pools, isolation):
+    """A C call past its limit ignores the interruption: after the grace (5 s) the consumer
+    gives the slot up (threads: a fresh thread pool; process: the child is killed), and the
+    next task runs; the stuck one fails as TimeLimitExceeded."""
+    qp = pools.queue(1, max_retries=0, lease_timeout_s=3)
+    cp = pools.consumer(qp, n_consumers=1, max_concurrency=1, prefetch_batches=0, batch_size=1,
+                        isolation=isolation)
+    cp.start()
+    stuck = qp.submit(tasks.block_in_c, 60, dq_time_limit_s=0.5)
+    time.sleep(0.5)
+    after = qp.submit(tasks.double, 21)
+    started = time.monotonic()
+    assert qp.result(after, timeout_s=60) == 42
+    assert time.monotonic() - started < 30  # not the 60 s the stuck task would take
+    with pytest.raises(RemoteTaskError) as info:
+        qp.result(stuck, timeout_s=60)
+    assert info.value.exc_type in ("daskqueue.errors.TimeLimitExceeded", "daskqueue.LeaseExpired")
