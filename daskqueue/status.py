@@ -31,6 +31,7 @@ import weakref
 from typing import Any, Iterable
 
 from distributed.diagnostics.plugin import WorkerPlugin
+from tornado.web import RequestHandler
 
 from daskqueue import metrics
 from daskqueue.registry import CONSUMERS_KEY, POOLS_KEY
@@ -46,6 +47,9 @@ JSON_PATH = "/daskqueue/status.json"
 #: How long a page request waits for the workers, and how often the page reloads itself.
 TIMEOUT_S = 2.0
 REFRESH_S = 2
+
+#: Longest :func:`install` waits for the scheduler (and, through it, the workers).
+INSTALL_TIMEOUT_S = 10.0
 
 #: (field, column heading) of the tables; a column no row has a number for is left out.
 QUEUE_COLUMNS = [("ready", "ready"), ("delayed", "delayed"), ("leased", "leased"), ("dead", "dead"),
@@ -72,12 +76,19 @@ class StatusWorkerPlugin(WorkerPlugin):
         metrics.install_status_handler(worker)
 
 
-def install(client: Any) -> str:
-    """Add the status page to the scheduler's HTTP server of ``client``'s cluster; return its
-    URL. Idempotent; blocks for a round trip to the scheduler and the workers."""
-    client.register_plugin(StatusWorkerPlugin(), name=StatusWorkerPlugin.name)
-    client.run_on_scheduler(_install_on_scheduler)
-    return page_url(client)
+def install(client: Any, *, timeout_s: float = INSTALL_TIMEOUT_S) -> str:
+    """Add the status page to the scheduler's HTTP server of ``client``'s cluster and the
+    status handler to its workers (present and future); return the page's URL.
+
+    Idempotent; one round trip to the scheduler, within ``timeout_s``. Never raises: the page
+    is for watching pools, not a reason for one to fail; on failure it logs a warning and
+    returns ""."""
+    try:
+        client.run_on_scheduler(_install_on_scheduler, callback_timeout=timeout_s)
+        return page_url(client)
+    except Exception as e:
+        logger.warning("could not install the daskqueue status page: %s: %s", type(e).__name__, e)
+        return ""
 
 
 def page_url(client: Any) -> str:
@@ -92,28 +103,44 @@ def page_url(client: Any) -> str:
     return f"http://{host}:{port}{PAGE_PATH}" if port else ""
 
 
-def _install_on_scheduler(dask_scheduler: Any) -> None:
-    from tornado import web
+class StatusPage(RequestHandler):
+    """``GET /daskqueue``: the page (see :func:`render_page`)."""
 
-    if dask_scheduler in _installed:
-        return
+    def initialize(self, dask_server: Any = None) -> None:
+        self.scheduler = dask_server
 
-    class Page(web.RequestHandler):
-        async def get(self) -> None:
-            pools = await collect_status(dask_scheduler)
-            self.set_header("Content-Type", "text/html; charset=utf-8")
-            self.set_header("Cache-Control", "no-store")
-            self.write(render_page(pools))
+    async def get(self) -> None:
+        pools = await collect_status(self.scheduler)
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.set_header("Cache-Control", "no-store")
+        self.write(render_page(pools))
 
-    class Json(web.RequestHandler):
-        async def get(self) -> None:
-            pools = await collect_status(dask_scheduler)
-            self.set_header("Cache-Control", "no-store")
-            self.write({"generated_at": time.time(), "pools": pools})
 
-    dask_scheduler.http_application.add_handlers(r".*$", [(PAGE_PATH + "/?", Page), (JSON_PATH, Json)])
-    _installed.add(dask_scheduler)
-    logger.info("daskqueue status page at %s on the scheduler's HTTP server", PAGE_PATH)
+class StatusJson(StatusPage):
+    """``GET /daskqueue/status.json``: ``{"generated_at": epoch seconds, "pools": [...]}``."""
+
+    async def get(self) -> None:
+        pools = await collect_status(self.scheduler)
+        self.set_header("Cache-Control", "no-store")
+        self.write({"generated_at": time.time(), "pools": pools})
+
+
+#: For Dask's ``distributed.scheduler.http.routes`` configuration (add ``daskqueue.status``
+#: to that list to have the page from the scheduler's start, under its dashboard prefix).
+routes: list[tuple[str, type, dict[str, Any]]] = [
+    (PAGE_PATH.lstrip("/") + "/?", StatusPage, {}), (JSON_PATH.lstrip("/"), StatusJson, {})]
+
+
+async def _install_on_scheduler(dask_scheduler: Any) -> None:
+    from distributed.protocol.pickle import dumps
+
+    if dask_scheduler not in _installed:  # marked before the await: installs may overlap
+        _installed.add(dask_scheduler)
+        dask_scheduler.http_application.add_handlers(
+            r".*$", [("/" + path, cls, {"dask_server": dask_scheduler}) for path, cls, _ in routes])
+        logger.info("daskqueue status page at %s on the scheduler's HTTP server", PAGE_PATH)
+    plugin = StatusWorkerPlugin()  # idempotent: registered once per scheduler
+    await dask_scheduler.register_worker_plugin(None, dumps(plugin), plugin.name, idempotent=True)
 
 
 # -- gathering (on the scheduler) --------------------------------------------------------------
@@ -178,7 +205,7 @@ def pool_html(queue_pool: Any, timeout_s: float = 2.0) -> str:
     """HTML of a ``QueuePool`` with each queue's live counts, within ``timeout_s`` in all:
     a queue that does not answer in time shows as unreachable."""
     if getattr(queue_pool, "_closed", False):
-        return _section(queue_pool.name, "closed", "", "")
+        return _section(queue_pool.name, "closed", "", "", title="QueuePool")
     targets = [(i, queue_pool.queues[i]) for i in queue_pool.queue_indices]
     rows = []
     for (i, handle), (state, stats) in zip(targets, _call_stats([h for _, h in targets], timeout_s)):
@@ -194,12 +221,13 @@ def consumer_pool_html(consumer_pool: Any, timeout_s: float = 2.0) -> str:
     """HTML of a ``ConsumerPool`` with each consumer's live counts, within ``timeout_s`` in
     all: a consumer that does not answer in time shows as unreachable."""
     handles = list(consumer_pool.consumers)
-    slots = getattr(consumer_pool, "_options", {}).get("max_concurrency")
+    options = getattr(consumer_pool, "_options", {})
+    slots = options.get("max_concurrency", 1) + options.get("reserved_slots", 0)
     rows = []
     for n, (handle, (state, stats)) in enumerate(zip(handles, _call_stats(handles, timeout_s))):
         numbers = {} if stats is None else {
-            "index": stats.index, "busy_slots": stats.busy_slots, "slots": slots, "done": stats.items_done,
-            "failed": stats.items_failed, "batches": stats.batches,
+            "index": stats.index, "busy_slots": metrics.busy_slots(stats.busy_slots, slots), "slots": slots,
+            "done": stats.items_done, "failed": stats.items_failed, "batches": stats.batches,
             "duration_count": stats.duration_count, "duration_sum_s": stats.duration_sum_s}
         rows.append({"index": n, "worker": getattr(handle, "_address", None), **state, **numbers})
     name = getattr(getattr(consumer_pool, "queue_pool", None), "name", "")
@@ -242,6 +270,7 @@ table.daskqueue { border-collapse: collapse; margin: 0.3em 0 1em; }
 table.daskqueue th, table.daskqueue td { padding: 0.2em 0.7em; border-bottom: 1px solid #ddd; }
 table.daskqueue td.n, table.daskqueue th.n { text-align: right; font-variant-numeric: tabular-nums; }
 table.daskqueue tr.total td { font-weight: bold; border-top: 2px solid #999; }
+h2 small { font-size: 0.65em; font-weight: normal; color: #666; }
 .unreachable, .error, .gone { color: #b00; }
 """
 
@@ -289,6 +318,9 @@ def _table(kind: str, what: str, rows: list[dict[str, Any]], columns: list[tuple
     if total and len(rows) > 1:
         ok = [r for r in rows if r.get("state") == "ok"]
         sums = {f: sum(r[f] for r in ok if r.get(f) is not None) for f, _ in cols if f != "mean_task_ms"}
+        if any(f == "mean_task_ms" for f, _ in cols):
+            sums["mean_task_ms"] = _mean_ms({f: sum(r.get(f) or 0 for r in ok)
+                                             for f in ("duration_count", "duration_sum_s")})
         body += _tr({"index": "total", "worker": "", "state": f"{len(ok)} of {len(rows)} ok", **sums}, cols,
                     cls="total")
     return f"<table class=\"daskqueue {kind}\"><thead>{head}</thead><tbody>{body}</tbody></table>"

@@ -323,7 +323,10 @@ class ConsumerPool:
         return f"<ConsumerPool: {self.n_consumers} x {self.ConsumerClass.__name__} ({size}, {state})>"
 
     def _repr_html_(self) -> str:
-        return f"<div><strong>ConsumerPool</strong>: {self.n_consumers} x {self.ConsumerClass.__name__}</div>"
+        """Live counts per consumer for Jupyter, within 2 s (never hangs on a lost worker)."""
+        from daskqueue import status
+
+        return status.consumer_pool_html(self)
 
     # -- lifetime -----------------------------------------------------------------------------
 

@@ -307,6 +307,9 @@ class QueuePool:
         self._share_peers()
         self._membership.add_listener(self)
         registry.register_pool(self)
+        from daskqueue import status
+
+        status.install(client)  # the status page beside Dask's dashboard (never raises)
         logger.info("%r started", self)
 
     def _start_queues(self) -> list[Any]:
@@ -390,17 +393,11 @@ class QueuePool:
         return f"<QueuePool {self.name!r}: {self.n_queues} {self.durability} queues, {state}>"
 
     def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><td>{s.index}</td><td>{s.ready:,}</td><td>{s.delayed:,}</td><td>{s.leased:,}</td>"
-            f"<td>{s.total_acked:,}</td><td>{s.dead:,}</td></tr>"
-            for s in (self.stats() if not self._closed else [])
-        )
-        return (
-            f"<div><strong>QueuePool</strong> {html.escape(self.name)}: {self.n_queues} "
-            f"{self.durability} queues{' (closed)' if self._closed else ''}"
-            "<table><tr><th>queue</th><th>ready</th><th>delayed</th><th>leased</th>"
-            f"<th>acked</th><th>dead</th></tr>{rows}</table></div>"
-        )
+        """Live counts per queue for Jupyter, within 2 s (a queue that does not answer in
+        time shows as unreachable: a repr never hangs on a lost worker)."""
+        from daskqueue import status
+
+        return status.pool_html(self)
 
     # -- submitting tasks ---------------------------------------------------------------------
 

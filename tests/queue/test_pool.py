@@ -113,7 +113,7 @@ def test_repr_and_html_show_the_pool(pools):
     qp.batch_submit([(tasks.double, 1)] * 3)
     assert "2 transient queues" in repr(qp)
     html = qp._repr_html_()
-    assert "<table>" in html and "ready" in html
+    assert "<table" in html and "ready" in html and ">3<" in html
     assert sum(qp.get_queue_size().values()) == 3
 
 
