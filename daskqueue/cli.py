@@ -1,8 +1,13 @@
 """The ``daskqueue`` command line.
 
-``daskqueue demo`` runs tasks through queues and consumers on a local cluster;
-``daskqueue bench <name> [options]`` runs one of the benchmarks of a source checkout
-(``benchmarks/<name>.py``, the same as ``python -m benchmarks.<name>``).
+* ``daskqueue map MODULE:FUNC INPUT``: run ``FUNC(item)`` for each line of INPUT on a cluster,
+  write the results as JSON lines; resumable with ``--durable DIR`` (see
+  :mod:`daskqueue.mapjob`);
+* ``daskqueue stats``: every pool registered on a cluster, its queues and consumers;
+* ``daskqueue dead-letters list|replay|purge``: a pool's dead letters;
+* ``daskqueue demo``: tasks through queues and consumers on a local cluster;
+* ``daskqueue bench <name> [options]``: one of the benchmarks of the source checkout
+  (``benchmarks/<name>.py``, the same as ``python -m benchmarks.<name>``).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 __all__ = ["main"]
 
@@ -88,15 +93,184 @@ def bench(args: argparse.Namespace) -> int:
     return subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *args.options], cwd=root, env=env).returncode
 
 
+def _connect(address: str | None) -> Any:
+    from distributed import Client
+
+    if not address:
+        address = os.environ.get("DASK_SCHEDULER_ADDRESS")
+    if not address:
+        raise SystemExit("daskqueue: give --scheduler ADDR (or set DASK_SCHEDULER_ADDRESS)")
+    return Client(address, timeout="10s")
+
+
+def _pool_stats(client: Any) -> list[dict[str, Any]]:
+    from daskqueue import status
+
+    async def collect(dask_scheduler: Any = None) -> list[dict[str, Any]]:
+        return await status.collect_status(dask_scheduler)
+
+    return client.run_on_scheduler(collect)
+
+
+def _print_stats(pools: list[dict[str, Any]], before: dict[tuple[str, Any], int] | None, dt: float) -> dict[tuple[str, Any], int]:
+    """Print one table per pool; return each queue's acks (for the next rates)."""
+    acks: dict[tuple[str, Any], int] = {}
+    if not pools:
+        print("no daskqueue pools are registered on this cluster")
+    for pool in pools:
+        print(f"pool {pool['name']} ({pool.get('durability')}): {len(pool['queues'])} queues, "
+              f"{len(pool['consumers'])} consumers")
+        print(f"  {'queue':>5} {'state':<11} {'ready':>10} {'leased':>8} {'delayed':>8} {'dead':>7} "
+              f"{'acked':>12} {'acks/s':>9}  worker")
+        for q in pool["queues"]:
+            key = (pool["name"], q["index"])
+            acked = q.get("acks", 0) or 0
+            acks[key] = acked
+            rate = "" if before is None or key not in before else f"{(acked - before[key]) / dt:,.0f}"
+            if q["state"] != "ok":
+                print(f"  {q['index']:>5} {q['state']:<11} {'':>10} {'':>8} {'':>8} {'':>7} {'':>12} {'':>9}  "
+                      f"{q['worker']} ({q.get('error', '')})")
+                continue
+            print(f"  {q['index']:>5} {'ok':<11} {q.get('ready', 0):>10,} {q.get('leased', 0):>8,} "
+                  f"{q.get('delayed', 0):>8,} {q.get('dead', 0):>7,} {acked:>12,} {rate:>9}  {q['worker']}")
+        running = [c for c in pool["consumers"] if c["state"] == "ok"]
+        done = sum(c.get("done", 0) or 0 for c in running)
+        failed = sum(c.get("failed", 0) or 0 for c in running)
+        busy = sum(c.get("busy_slots", 0) or 0 for c in running)
+        print(f"  consumers: {len(running)} reachable of {len(pool['consumers'])}, {busy} busy slots, "
+              f"{done:,} tasks done, {failed:,} failed attempts")
+    return acks
+
+
+def stats(args: argparse.Namespace) -> int:
+    client = _connect(args.scheduler)
+    try:
+        before = None
+        started = time.monotonic()
+        while True:
+            pools = _pool_stats(client)
+            now = time.monotonic()
+            if args.watch:
+                print("\033[2J\033[H", end="")
+                print(time.strftime("%H:%M:%S"), f"(every {args.interval:g} s; Ctrl-C to stop)")
+            before = _print_stats(pools, before, max(1e-9, now - started))
+            started = now
+            if not args.watch:
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        client.close()
+
+
+def dead_letters(args: argparse.Namespace) -> int:
+    from daskqueue import registry
+    from daskqueue.messages import make_id, split_id
+    from daskqueue.results import dead_letter_of
+
+    client = _connect(args.scheduler)
+    try:
+        pools = registry.registered_pools(client)
+        if args.pool is None and len(pools) != 1:
+            print(f"daskqueue dead-letters: give --pool, one of: {', '.join(sorted(pools)) or '(none registered)'}",
+                  file=sys.stderr)
+            return 2
+        name = args.pool or next(iter(pools))
+        if name not in pools:
+            print(f"daskqueue dead-letters: no pool {name!r} (registered: {', '.join(sorted(pools))})", file=sys.stderr)
+            return 2
+        queues = {int(i): registry.actor_from_ref(ref) for i, ref in pools[name]["queues"].items()}
+        wanted: dict[int, list[int]] | None = None
+        if args.ids:
+            wanted = {}
+            for task_id in args.ids:
+                q, seq = split_id(task_id)
+                wanted.setdefault(q, []).append(seq)
+        total = 0
+        for q, handle in sorted(queues.items()):
+            seqs = None if wanted is None else wanted.get(q)
+            if wanted is not None and not seqs:
+                continue
+            if args.action == "list":
+                rows = handle.dead_letters(args.limit, seqs).result(timeout=30)
+                digests = sorted({r[5] for r in rows if r[5] is not None})
+                funcs = {}
+                if digests:
+                    import cloudpickle
+
+                    for d, blob in handle.get_functions(digests).result(timeout=30).items():
+                        try:
+                            funcs[d] = cloudpickle.loads(blob)
+                        except Exception:
+                            pass
+                for row in rows:
+                    d = dead_letter_of(q, row, funcs)
+                    when = d.when.isoformat(timespec="seconds") if d.when else "?"
+                    print(f"{d.task_id}\t{when}\tattempts={d.attempts}\t{d.error_type}: {d.message[:200]}"
+                          f"\tpayload={d.payload!r:.200}")
+                total += len(rows)
+            elif args.action == "replay":
+                runs = handle.replay_dead(seqs).result(timeout=60)
+                for old, _, _, new in runs:
+                    print(f"replayed {make_id(q, old)} as {make_id(q, new)}")
+                total += len(runs)
+            else:
+                n_dead, _ = handle.purge(True, False).result(timeout=60)
+                total += n_dead
+        verb = {"list": "listed", "replay": "replayed", "purge": "purged"}[args.action]
+        print(f"{total:,} dead letters {verb} in pool {name}", file=sys.stderr)
+        return 0
+    finally:
+        client.close()
+
+
+def map_command(args: argparse.Namespace) -> int:
+    from daskqueue.mapjob import run_map
+
+    return run_map(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="daskqueue", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log daskqueue at INFO")
     sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("map", help="run FUNC(item) for each line of INPUT; results as JSON lines",
+                       description="Run MODULE:FUNC on each item of INPUT (one per line; - for stdin) on a "
+                       "Dask cluster (a LocalCluster unless --scheduler) and write one JSON line per item. "
+                       "Exit status 1 if any item failed. With --durable DIR, running the same command "
+                       "again after a crash resumes the job.")
+    p.add_argument("func", metavar="MODULE:FUNC", help="the function, importable here (or a module of this directory)")
+    p.add_argument("input", metavar="INPUT", help="a file of one item per line, or - for stdin")
+    p.add_argument("--out", default=None, help="output file (default: stdout)")
+    p.add_argument("--json", action="store_true", help="each line of INPUT is JSON (default: plain text)")
+    p.add_argument("--unordered", action="store_true", help="write results as they finish, not in input order")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", default=None, help="the address of an existing cluster's scheduler")
+    where.add_argument("--workers", type=int, default=2, help="workers of the LocalCluster started (default 2)")
+    p.add_argument("--durable", default=None, metavar="DIR", help="keep the job in DIR: a rerun resumes it")
+    p.add_argument("--queues", type=int, default=None, help="queues (default: one per worker)")
+    p.add_argument("--max-retries", type=int, default=3, help="retries of a failing item (default 3)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S", help="interrupt an item after S seconds")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func_=map_command)
+    p = sub.add_parser("stats", help="the pools on a cluster: queues, ready, leased, dead, rates, consumers")
+    p.add_argument("--scheduler", default=None, help="the scheduler's address (default: $DASK_SCHEDULER_ADDRESS)")
+    p.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    p.set_defaults(func_=stats)
+    p = sub.add_parser("dead-letters", help="list, replay or purge a pool's dead letters")
+    p.add_argument("action", choices=["list", "replay", "purge"])
+    p.add_argument("--scheduler", default=None, help="the scheduler's address (default: $DASK_SCHEDULER_ADDRESS)")
+    p.add_argument("--pool", default=None, help="the pool's name (needed when several are registered)")
+    p.add_argument("--limit", type=int, default=None, help="list at most this many per queue")
+    p.add_argument("--ids", type=int, nargs="+", default=None, help="only these task ids (list, replay)")
+    p.set_defaults(func_=dead_letters)
     p = sub.add_parser("demo", help="run N tasks through queues and consumers on a LocalCluster")
     p.add_argument("--tasks", type=int, default=1_000_000, help="number of tasks (default 1,000,000)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("--sleep-ms", type=float, default=0.0, help="each task sleeps this long (default: no-op)")
-    p.set_defaults(func=demo)
+    p.set_defaults(func_=demo)
     p = sub.add_parser(
         "bench", help="run a benchmark of a source checkout: noop, submit, mixed, latency, memory, idle, "
         "durable, or all", description="Run benchmarks/<name>.py; options after the name go to it "
@@ -104,13 +278,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("name", help="benchmark name, or 'all' for run_all")
     p.add_argument("options", nargs=argparse.REMAINDER, help="options for the benchmark")
-    p.set_defaults(func=bench)
+    p.set_defaults(func_=bench)
     args = parser.parse_args(argv)
     if args.verbose:
         logging.basicConfig(level=logging.INFO)
     if getattr(args, "tasks", 1) < 1 or getattr(args, "workers", 1) < 1:
         parser.error("--tasks and --workers must be >= 1")
-    return args.func(args)
+    if getattr(args, "queues", None) is not None and args.queues < 1:
+        parser.error("--queues must be >= 1")
+    if getattr(args, "time_limit", None) is not None and args.time_limit <= 0:
+        parser.error("--time-limit must be > 0")
+    return args.func_(args)
 
 
 if __name__ == "__main__":
