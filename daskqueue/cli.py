@@ -112,8 +112,12 @@ def _pool_stats(client: Any) -> list[dict[str, Any]]:
     return client.run_on_scheduler(collect)
 
 
-def _print_stats(pools: list[dict[str, Any]], before: dict[tuple[str, Any], int] | None, dt: float) -> dict[tuple[str, Any], int]:
-    """Print one table per pool; return each queue's acks (for the next rates)."""
+def _print_stats(pools: list[dict[str, Any]], before: dict[tuple[str, Any], int] | None, dt: float,
+                 quiet: bool = False) -> dict[tuple[str, Any], int]:
+    """Print one table per pool (nothing if ``quiet``); return each queue's acks (for the
+    next rates)."""
+    if quiet:
+        return {(p["name"], q["index"]): q.get("acks", 0) or 0 for p in pools for q in p["queues"]}
     acks: dict[tuple[str, Any], int] = {}
     if not pools:
         print("no daskqueue pools are registered on this cluster")
@@ -145,8 +149,9 @@ def _print_stats(pools: list[dict[str, Any]], before: dict[tuple[str, Any], int]
 def stats(args: argparse.Namespace) -> int:
     client = _connect(args.scheduler)
     try:
-        before = None
         started = time.monotonic()
+        before = _print_stats(_pool_stats(client), None, 1.0, quiet=True)  # the rates' first sample
+        time.sleep(min(args.interval, 1.0))
         while True:
             pools = _pool_stats(client)
             now = time.monotonic()
