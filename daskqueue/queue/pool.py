@@ -294,6 +294,7 @@ class QueuePool:
         self._lost: dict[int, str] = {}  # queue index -> the address it was lost with
         self._moving: dict[int, threading.Event] = {}  # queues being reopened or handed off
         self._parked: dict[int, bytes] = {}  # handed-off state waiting for a worker to join
+        self._awaiting_worker: set[int] = set()  # durable queues to reopen when a worker joins
         self._consumer_pools: weakref.WeakSet[Any] = weakref.WeakSet()
         # Typed pools: every message of a type goes to one queue, so that queue's count of
         # the type's running batches is the pool's (caps are exact); the queues tell each
@@ -798,6 +799,10 @@ class QueuePool:
                 self._hand_off(q)
         if joined and self._parked:
             self._unpark()
+        if joined and self._awaiting_worker:
+            for q in sorted(self._awaiting_worker):
+                self._awaiting_worker.discard(q)
+                self._reopen(q)
         if not left:
             return
         reopen = []
@@ -824,7 +829,13 @@ class QueuePool:
     def _reopen(self, q: int) -> None:
         """Reopen durable queue ``q`` from its directory on a surviving worker (one without a
         queue if there is one) and move every handle to it: this pool's, its result
-        collector's (same cursors: result numbering is on disk) and its consumers'."""
+        collector's (same cursors: result numbering is on disk) and its consumers'. With no
+        worker to take it now (every worker died at once, and their replacements have not
+        joined yet), it waits for the next worker to join; calls to it wait meanwhile."""
+        if not self._placeable_for(q):
+            self._awaiting_worker.add(q)
+            logger.warning("queue %d of %r: no worker can take it now; reopening it when one joins", q, self)
+            return
         try:
             handle, future = self._start_successor(q)
         except BaseException as e:
