@@ -87,3 +87,14 @@ __all__ = [
 ]
 
 logging.getLogger("daskqueue").addHandler(logging.NullHandler())
+
+
+def __getattr__(name: str) -> object:
+    """daskqueue 0.2.0's names, kept for old scripts (each warns once)."""
+    if name == "ConsumerBaseClass":
+        from daskqueue.compat import deprecated
+
+        deprecated("ConsumerBaseClass", "ConsumerBaseClass is daskqueue 0.2.0's spelling; use ConsumerBase "
+                   "(process_item(self, message) gets a Message whose .data is the item, as before)")
+        return ConsumerBase
+    raise AttributeError(f"module 'daskqueue' has no attribute {name!r}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from daskqueue.errors import QueueMovedError, RemoteTaskError, SerializationError
-from daskqueue.messages import decode_error, make_id
+from daskqueue.messages import decode_error, make_id, split_id
 from daskqueue.serialize import ResultRecord
 
 __all__ = ["ResultCollector", "MapClaim", "DeadLetter"]
@@ -121,6 +121,10 @@ class ResultCollector:
         # new queue, the sorted first new seqs of moved runs and (count, old queue, old seq).
         self._moved_starts: dict[int, list[int]] = {}
         self._moved: dict[int, list[tuple[int, int, int]]] = {}
+        # Which consumer ran what (for results(by_consumer=True)): per queue, runs
+        # (first seq, count, consumer index) in arrival order, sorted when asked.
+        self._ran: dict[int, list[tuple[int, int, int]]] = {}
+        self._ran_sorted: dict[int, tuple[list[int], list[tuple[int, int, int]]]] = {}
 
     def add_queues(self, k: int) -> None:
         """The pool has ``k`` more queues (indices from the current count on)."""
@@ -144,6 +148,20 @@ class ResultCollector:
             out = [(i, self.results.pop(i)) for i in ids if i in self.results]
             out += [(i, self.failures.pop(i)) for i in ids if i in self.failures]
             return out
+
+    def ran_by(self, task_id: int) -> int | None:
+        """The index of the consumer that ran task ``task_id`` (None if not known)."""
+        q, seq = split_id(task_id)
+        with self._lock:
+            index = self._ran_sorted.get(q)
+            if index is None:
+                runs = sorted(self._ran.get(q, ()))
+                index = self._ran_sorted[q] = ([r[0] for r in runs], runs)
+        starts, runs = index
+        i = bisect.bisect(starts, seq) - 1
+        if i >= 0 and seq < runs[i][0] + runs[i][1]:
+            return runs[i][2]
+        return None
 
     def forget_failures(self, ids: list[int]) -> None:
         """These failed tasks run again (replayed): their failures no longer stand."""
@@ -249,6 +267,10 @@ class ResultCollector:
         n = 0
         for record in records:
             q, ranges, final_errors = record.queue, record.ranges, record.final_errors
+            consumer = getattr(record, "consumer", None)
+            if consumer is not None:
+                self._ran.setdefault(q, []).extend((first, count, consumer) for first, count in ranges)
+                self._ran_sorted.pop(q, None)
             values: list[Any] | None = None
             error: BaseException | None = None
             try:

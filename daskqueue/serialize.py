@@ -241,14 +241,16 @@ def decode_delivery(blob: bytes) -> tuple[int, int, list[Segment]]:
 
 
 def encode_settle(
-    done: int, errors: dict[int, bytes], fatal: set[int], results: bytes | None
+    done: int, errors: dict[int, bytes], fatal: set[int], results: bytes | None, consumer: int | None = None
 ) -> bytes:
-    return pickle.dumps((done, errors, sorted(fatal), results), PROTOCOL)
+    return pickle.dumps((done, errors, sorted(fatal), results, consumer), PROTOCOL)
 
 
-def decode_settle(blob: bytes) -> tuple[int, dict[int, bytes], set[int], bytes | None]:
-    done, errors, fatal, results = pickle.loads(blob)
-    return done, errors, set(fatal), results
+def decode_settle(blob: bytes) -> tuple[int, dict[int, bytes], set[int], bytes | None, int | None]:
+    """``(done, errors, fatal, results, consumer index or None)`` of a settle blob."""
+    fields = pickle.loads(blob)
+    done, errors, fatal, results = fields[:4]
+    return done, errors, set(fatal), results, (fields[4] if len(fields) > 4 else None)
 
 
 # -- results: queue -> client ---------------------------------------------------------------------
@@ -269,6 +271,7 @@ class ResultRecord(NamedTuple):
     failed: list[int]
     results: bytes
     final_errors: dict[int, bytes] | None
+    consumer: int | None = None  # the index of the consumer that ran them (None: not said)
 
     def to_bytes(self) -> bytes:
         """The stored form (a durable queue's RESULT log record): a plain pickled tuple."""

@@ -702,7 +702,7 @@ class ConsumerBase:
 
     async def _settle(self, batch: Batch, outcome: Outcome, *, early: bool) -> None:
         results = None if early else _dump_results(outcome)
-        blob = encode_settle(outcome.done, outcome.errors, outcome.fatal, results)
+        blob = encode_settle(outcome.done, outcome.errors, outcome.fatal, results, self.index)
         try:
             await self._call_moving(batch.queue_slot, "settle", batch.lease_id, blob)
         except LeaseExpiredError:
@@ -723,7 +723,8 @@ class ConsumerBase:
                 break
             ranges.append((seg.first_seq, min(seg.count, left)))
             left -= seg.count
-        await self._call_moving(batch.queue_slot, "record_outcomes", ranges, outcome.errors, _dump_results(outcome))
+        await self._call_moving(batch.queue_slot, "record_outcomes", ranges, outcome.errors, _dump_results(outcome),
+                                self.index)
         self._count(outcome)
 
     def _observe(self, done: int, run_s: float) -> None:

@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Iterable, Iterator
 import cloudpickle
 from distributed import Client
 
-from daskqueue import defaults, registry
+from daskqueue import atexit_close, defaults, registry
 from daskqueue.consumer.base import ConsumerBase, ConsumerStats, Isolation
 from daskqueue.consumer.general import GeneralConsumer
 from daskqueue.errors import (
@@ -33,6 +33,7 @@ from daskqueue.errors import (
 )
 from daskqueue.membership import membership
 from daskqueue.queue.handles import call_all, free_actor, queue_ref
+from daskqueue.compat import deprecated
 from daskqueue.queue.pool import QueuePool, _not_in_client_loop
 from daskqueue.validate import check_choice, check_number
 
@@ -103,6 +104,7 @@ class ConsumerPool:
         reserved_slots: int = 0,
         reserved_priority: int = 1,
         consumer_kwargs: dict[str, Any] | None = None,
+        retries: int | None = None,
     ) -> None:
         if not isinstance(queue_pool, QueuePool):
             raise ConfigurationError(f"queue_pool must be a QueuePool, got {type(queue_pool).__name__}")
@@ -110,6 +112,16 @@ class ConsumerPool:
             raise ConfigurationError(f"ConsumerClass must subclass ConsumerBase, got {ConsumerClass!r}")
         check_number("n_consumers", n_consumers, integer=True, at_least=1, none_ok=True)
         check_number("max_concurrency", max_concurrency, integer=True, at_least=1)
+        if retries is not None:
+            deprecated("ConsumerPool(retries=)", "ConsumerPool(retries=) is daskqueue 0.2.0's spelling: retries are "
+                       "the queue pool's now, QueuePool(max_retries=); this one is not applied")
+        if max_concurrency > MAX_THREADS:
+            # 0.2.0 meant a cap on tasks in flight per consumer, run on the worker's threads.
+            threads = _worker_threads(client)
+            deprecated("max_concurrency>threads", f"ConsumerPool(max_concurrency={max_concurrency}) meant, in daskqueue "
+                       "0.2.0, a cap on tasks in flight run on the worker's threads; now max_concurrency is the "
+                       f"number of threads each consumer runs tasks on: using the worker's {threads}")
+            max_concurrency = threads
         check_number("prefetch_batches", prefetch_batches, integer=True, at_least=0)
         check_number("reserved_slots", reserved_slots, integer=True, at_least=0)
         check_number("reserved_priority", reserved_priority, integer=True, at_least=-(2**31), at_most=2**31 - 1)
@@ -164,6 +176,7 @@ class ConsumerPool:
         self._membership.add_listener(self)
         queue_pool._attach(self)
         registry.register_consumers(self)
+        atexit_close.track(self)
 
     # -- consumers: creation, placement -------------------------------------------------------
 
@@ -341,9 +354,13 @@ class ConsumerPool:
         targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in self._live()]
         return call_all(targets, method, timeout_s=defaults.STOP_TIMEOUT_S)
 
-    def start(self) -> None:
-        """Start every consumer (idempotent). Consumers that join later start on their own."""
+    def start(self, timeout: float | None = None) -> None:
+        """Start every consumer (idempotent). Consumers that join later start on their own.
+        (``timeout`` is daskqueue 0.2.0's; an idle consumer long-polls for ``idle_poll_s``.)"""
         _not_in_client_loop(self.client)
+        if timeout is not None:
+            deprecated("start(timeout=)", "consumer_pool.start(timeout=) is daskqueue 0.2.0's spelling; use start() "
+                       "(an idle consumer long-polls its home queue: ConsumerPool(idle_poll_s=))")
         self._started = True
         failed = self._call_all("start")
         if failed:
@@ -358,31 +375,44 @@ class ConsumerPool:
 
     def cancel(self) -> None:
         """Stop every consumer: running items finish, fetched-but-unstarted ones are released
-        _not_in_client_loop(self.client)
         back to their queues, every fetched batch is settled. ``start()`` resumes. Returns
         within ``STOP_TIMEOUT_S`` (25 s) even if workers died."""
+        _not_in_client_loop(self.client)
         self._started = False
         self._tell_slots()
         failed = self._call_all("stop")
         if failed:
             logger.warning("stopping consumers failed: %s", failed)
 
-    def join(self, timeout: float | None = None) -> None:
+    def join(self, timeout: float | None = None, *, timestep: float | None = None,
+             print_timestep: float | None = None, progress: bool | None = None) -> None:
         """Wait until every message in the pool's queues is settled (acked or dead-lettered)
-        _not_in_client_loop(self.client)
         and no consumer holds work; fetch results on the way.
 
         Raises :class:`JoinTimeoutError` with the counts after ``timeout`` seconds,
         :class:`NoConsumersError` if work is pending and no consumer pool of the queue pool
         is started, and
         :class:`QueueLostError` once a transient queue's worker is known dead.
+        (``timestep``, ``print_timestep`` and ``progress`` are daskqueue 0.2.0's: with
+        ``progress``, the counts are logged every ``print_timestep`` seconds.)
         """
+        _not_in_client_loop(self.client)
+        if timestep is not None or print_timestep is not None or progress is not None:
+            deprecated("join(timestep=)", "consumer_pool.join(timestep=, print_timestep=, progress=) is daskqueue "
+                       "0.2.0's spelling; use join(timeout=) (progress: QueuePool.map(progress=True), "
+                       "as_completed(), or daskqueue stats)")
+        every = (2.0 if print_timestep is None else print_timestep) if progress else None
+        logged = time.monotonic()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self.queue_pool.poll_outcomes()
             if self._settled_all(deadline, timeout):
                 self.queue_pool.poll_outcomes()
                 return
+            if every is not None and time.monotonic() - logged >= every:
+                logged = time.monotonic()
+                done = sum(s.items_done + s.items_failed for s in self.stats())
+                logger.info("%r: %s tasks run; still processing", self, f"{done:,}")
             self.queue_pool._check_scheduler()
             time.sleep(defaults.POLL_INTERVAL_S)
 
@@ -454,8 +484,8 @@ class ConsumerPool:
 
     def close(self) -> None:
         """Stop every consumer and end its threads and child process. Returns within
-        _not_in_client_loop(self.client)
         ``STOP_TIMEOUT_S`` (25 s) even if workers died. Idempotent."""
+        _not_in_client_loop(self.client)
         self._closed = True
         self._membership.remove_listener(self)
         registry.unregister_consumers(self)
@@ -473,10 +503,47 @@ class ConsumerPool:
 
     # -- outcomes -----------------------------------------------------------------------------
 
-    def results(self, *, clear: bool = False) -> dict[int, Any]:
+    def results(self, *, clear: bool = False, by_consumer: bool = False) -> dict[Any, Any]:
         """``{task_id: return value}`` of every acked task so far (``map`` keeps its own);
-        :meth:`QueuePool.results` (``clear=True`` forgets those returned)."""
-        return self.queue_pool.results(clear=clear)
+        :meth:`QueuePool.results` (``clear=True`` forgets those returned).
+
+        ``by_consumer=True`` nests them by the consumer that ran them, as daskqueue 0.2.0's
+        ``results()`` did: ``{"GeneralConsumer-0": {task_id: value}, ...}`` (a task whose
+        consumer is not known, e.g. one that moved queue, is under ``"unknown"``)."""
+        flat = self.queue_pool.results(clear=clear)
+        if not by_consumer:
+            return flat
+        nested: dict[str, dict[int, Any]] = {}
+        ran_by = self.queue_pool._collector.ran_by
+        name = self.ConsumerClass.__name__
+        for task_id, value in flat.items():
+            index = ran_by(task_id)
+            nested.setdefault("unknown" if index is None else f"{name}-{index}", {})[task_id] = value
+        return nested
+
+    # -- daskqueue 0.2.0's spellings ---------------------------------------------------------------
+
+    def nb_consumed(self) -> int:
+        """Tasks run (done or failed) by the live consumers: daskqueue 0.2.0's spelling."""
+        deprecated("nb_consumed()", "consumer_pool.nb_consumed() is daskqueue 0.2.0's spelling; use "
+                   "sum(s.items_done + s.items_failed for s in consumer_pool.stats())")
+        return sum(s.items_done + s.items_failed for s in self.stats())
+
+    def __bool__(self) -> bool:
+        return True  # a pool is truthy (not ``len() > 0``: that spelling is 0.2.0's)
+
+    def __len__(self) -> int:
+        deprecated("len(consumer_pool)", "len(consumer_pool) is daskqueue 0.2.0's spelling; use consumer_pool.n_consumers")
+        return self.n_consumers
+
+    def __getitem__(self, index: int) -> Any:
+        deprecated("consumer_pool[i]", "consumer_pool[i] is daskqueue 0.2.0's spelling; use consumer_pool.consumers[i]")
+        return self.consumers[index]
+
+    @property
+    def max_concurrency(self) -> int:
+        """Threads each consumer runs tasks on."""
+        return int(self._options["max_concurrency"])
 
     def result(self, task_id: int, timeout: float | None = None) -> Any:
         """The return value of one task, waiting for it (long-polling its queue).
@@ -520,9 +587,9 @@ class ConsumerPool:
 
     def stats(self) -> list[ConsumerStats]:
         """A :class:`ConsumerStats` per live consumer, in the order of :attr:`consumers`.
-        _not_in_client_loop(self.client)
         A consumer whose worker died is left out (the pool replaces it on its own). Starts
         nothing; bounded by ``CONTROL_CALL_TIMEOUT_S`` per call."""
+        _not_in_client_loop(self.client)
         calls = [(m, m.handle.stats()) for m in self._live()]
         out = []
         for m, future in calls:
@@ -531,6 +598,20 @@ class ConsumerPool:
             except (Exception, FutureTimeout) as e:
                 logger.warning("consumer %d on %s left out of stats: %s", m.index, m.address, e)
         return out
+
+
+#: The most threads ``max_concurrency`` may ask per consumer; above, it is read as daskqueue
+#: 0.2.0 meant it (its default was 10,000: tasks in flight, run on the worker's threads).
+MAX_THREADS = 64
+
+
+def _worker_threads(client: Client) -> int:
+    """The fewest threads a worker of the cluster has (what 0.2.0 ran tasks on)."""
+    try:
+        workers = client.scheduler_info(n_workers=-1)["workers"].values()
+        return max(1, min(w.get("nthreads", 1) for w in workers))
+    except Exception:
+        return 1
 
 
 def _join_counts(qstats: list[Any], inflight: int) -> dict[str, int]:

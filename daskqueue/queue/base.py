@@ -920,14 +920,14 @@ class QueueActorBase:
         lease = self._core.lease(lease_id)
         if lease is None:
             raise LeaseExpiredError(lease_id)
-        done, errors, fatal, results = decode_settle(blob)
+        done, errors, fatal, results, consumer = decode_settle(blob)
         now = self._now()
         # Check, then store the results, then settle: if storage refuses the results, the
         # lease is still held and nothing is acked without its result.
         self._core.check_settlement(lease_id, done=done, errors=errors, fatal=fatal)
         if results is not None and done:
             ranges = _ran_ranges(lease, done)
-            self._add_result(ResultRecord(self.index, ranges, sorted(errors), results, None))
+            self._add_result(ResultRecord(self.index, ranges, sorted(errors), results, None, consumer))
         self._measure(lease, done, now)
         s = self._core.settle(lease_id, done=done, errors=errors, fatal=fatal, now=now)
         try:
@@ -947,12 +947,13 @@ class QueueActorBase:
             self._notify_ready()
         self._notify_outcomes()
 
-    async def record_outcomes(self, ranges: list[tuple[int, int]], errors: dict[int, bytes], results: bytes) -> None:
+    async def record_outcomes(self, ranges: list[tuple[int, int]], errors: dict[int, bytes], results: bytes,
+                              consumer: int | None = None) -> None:
         """Store the outcomes of early-acked messages (already settled; failures are final)."""
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
         self._start()
-        self._add_result(ResultRecord(self.index, ranges, sorted(errors), results, errors))
+        self._add_result(ResultRecord(self.index, ranges, sorted(errors), results, errors, consumer))
         try:
             self._after_change(self._now())
         finally:  # the results are kept even if storage failed (see DurableQueue)

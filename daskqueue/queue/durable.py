@@ -590,7 +590,8 @@ def split_result_record(record: ResultRecord, limit: int) -> list[ResultRecord]:
                 last = r
         fails = [p - lo for p in range(lo, hi) if p in failed_set]
         finals = {p - lo: final_errors[p] for p in range(lo, hi) if p in final_errors}
-        return ResultRecord(record.queue, runs, fails, pickle.dumps(values[lo:hi], PROTOCOL), finals or None)
+        return ResultRecord(record.queue, runs, fails, pickle.dumps(values[lo:hi], PROTOCOL), finals or None,
+                            record.consumer)
 
     def emit(lo: int, hi: int) -> None:
         rec = piece(lo, hi)
@@ -603,7 +604,8 @@ def split_result_record(record: ResultRecord, limit: int) -> list[ResultRecord]:
         else:
             size = len(pickle.dumps(values[lo], PROTOCOL))
             error = error_from_exception(PayloadTooLargeError(size, limit))
-            out.append(ResultRecord(record.queue, [(seqs[lo][0], 1)], [0], pickle.dumps([None], PROTOCOL), {0: error}))
+            out.append(ResultRecord(record.queue, [(seqs[lo][0], 1)], [0], pickle.dumps([None], PROTOCOL), {0: error},
+                                    record.consumer))
 
     emit(0, len(seqs))
     return out

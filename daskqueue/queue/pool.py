@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Literal, NamedTuple, Sequence, Union
 import cloudpickle
 from distributed import Client
 
-from daskqueue import defaults, registry
+from daskqueue import atexit_close, defaults, registry
 from daskqueue.errors import (
     ConfigurationError,
     JoinTimeoutError,
@@ -308,6 +308,7 @@ class QueuePool:
         self._share_peers()
         self._membership.add_listener(self)
         registry.register_pool(self)
+        atexit_close.track(self)
         from daskqueue import status
 
         status.install(client)  # the status page beside Dask's dashboard (never raises)
