@@ -144,10 +144,15 @@ class ResultCollector:
             if ids is None:
                 out = list(self.results.items()) + list(self.failures.items())
                 self.results, self.failures = {}, {}
+                self.forget_consumers()
                 return out
             out = [(i, self.results.pop(i)) for i in ids if i in self.results]
             out += [(i, self.failures.pop(i)) for i in ids if i in self.failures]
             return out
+
+    def forget_consumers(self) -> None:
+        """The results were all taken: who ran them is not asked any more."""
+        self._ran, self._ran_sorted = {}, {}
 
     def ran_by(self, task_id: int) -> int | None:
         """The index of the consumer that ran task ``task_id`` (None if not known)."""
@@ -268,7 +273,9 @@ class ResultCollector:
         for record in records:
             q, ranges, final_errors = record.queue, record.ranges, record.final_errors
             consumer = getattr(record, "consumer", None)
-            if consumer is not None:
+            if consumer is not None and not self._claim_starts[q]:
+                # Only while results go to the results dict (a map's go to its list), and
+                # forgotten with them (take, results(clear=True)): memory stays with them.
                 self._ran.setdefault(q, []).extend((first, count, consumer) for first, count in ranges)
                 self._ran_sorted.pop(q, None)
             values: list[Any] | None = None

@@ -1159,6 +1159,7 @@ class QueuePool:
             return dict(collector.results)
         with collector._lock:
             out, collector.results = collector.results, {}
+            collector.forget_consumers()
         return out
 
     def failures(self, *, clear: bool = False) -> dict[int, RemoteTaskError]:
