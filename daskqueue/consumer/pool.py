@@ -510,15 +510,21 @@ class ConsumerPool:
         ``by_consumer=True`` nests them by the consumer that ran them, as daskqueue 0.2.0's
         ``results()`` did: ``{"GeneralConsumer-0": {task_id: value}, ...}`` (a task whose
         consumer is not known, e.g. one that moved queue, is under ``"unknown"``)."""
-        flat = self.queue_pool.results(clear=clear)
         if not by_consumer:
-            return flat
+            return self.queue_pool.results(clear=clear)
+        flat = self.queue_pool.results()
         nested: dict[str, dict[int, Any]] = {}
-        ran_by = self.queue_pool._collector.ran_by
+        collector = self.queue_pool._collector
         name = self.ConsumerClass.__name__
         for task_id, value in flat.items():
-            index = ran_by(task_id)
+            index = collector.ran_by(task_id)
             nested.setdefault("unknown" if index is None else f"{name}-{index}", {})[task_id] = value
+        if clear:
+            with collector._lock:
+                for task_id in flat:
+                    collector.results.pop(task_id, None)
+                if not collector.results:
+                    collector.forget_consumers()
         return nested
 
     # -- daskqueue 0.2.0's spellings ---------------------------------------------------------------
