@@ -112,6 +112,28 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
+def read_whole_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON records of ``path`` (a journal or an output file of ours), one per line, up
+    to the first line a kill tore (unfinished, or not a record with an ``index``): the file
+    is cut there, so that what is appended next starts on a line of its own."""
+    if not path.exists():
+        return []
+    records, good = [], 0
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                rec = json.loads(line)
+                rec["index"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                break
+            records.append(rec)
+            good += len(line)
+    os.truncate(path, good)
+    return records
+
+
 class Journal:
     """``done.jsonl``: one line per outcome, fsynced per batch; read back on resume (a
     torn last line, from a kill mid-write, is dropped)."""
@@ -119,23 +141,11 @@ class Journal:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.records: dict[int, dict[str, Any]] = {}
-        self.failed_ids: set[int] = set()
         self._file = None
         if path is None:
             return
-        if path.exists():
-            good = 0
-            with open(path, "rb") as f:
-                for line in f:
-                    if not line.endswith(b"\n"):
-                        break
-                    try:
-                        rec = json.loads(line)
-                    except json.JSONDecodeError:
-                        break
-                    good += len(line)
-                    self.records.setdefault(rec["index"], rec)
-            os.truncate(path, good)
+        for rec in read_whole_lines(path):
+            self.records.setdefault(rec["index"], rec)
         self._file = open(path, "a", encoding="utf-8")
 
     def add(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -167,18 +177,7 @@ class Output:
         if path is None or path == "-":
             self.file = sys.stdout
             return
-        if os.path.exists(path):
-            good = 0
-            with open(path, "rb") as f:
-                for line in f:
-                    if not line.endswith(b"\n"):
-                        break
-                    try:
-                        self.written.add(json.loads(line)["index"])
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        break
-                    good += len(line)
-            os.truncate(path, good)
+        self.written.update(rec["index"] for rec in read_whole_lines(Path(path)))
         while self.next in self.written:
             self.next += 1
         self.file = open(path, "a", encoding="utf-8")
