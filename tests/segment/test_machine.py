@@ -386,7 +386,7 @@ class DurableQueueMachine(RuleBasedStateMachine):
                     break
                 ran.append((first, min(count, left)))
                 left -= count
-            self.results.append((0, ran, sorted(errors), results, None))
+            self.results.append((0, ran, sorted(errors), results, None, None))
 
     @rule(dt=st.sampled_from([0.25, 1.0, 4.0, 16.0, 40.0]), sweep=st.booleans())
     def tick(self, dt, sweep):
@@ -423,7 +423,7 @@ class DurableQueueMachine(RuleBasedStateMachine):
             errors = {1: b"KeyError\x00early %d\x00tb" % tag} if data.draw(st.booleans()) else {}
             results = pickle.dumps(["early", tag])
             self.run(self.q.record_outcomes(ranges, errors, results))
-            self.results.append((0, ranges, sorted(errors), results, errors))
+            self.results.append((0, ranges, sorted(errors), results, errors, None))
         elif what == "results":
             cursor = data.draw(st.integers(self.result_cursor, len(self.results)), label="cursor")
             end, blob = self.run(self.q.fetch_results(cursor))
