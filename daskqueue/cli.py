@@ -221,7 +221,7 @@ def dead_letters(args: argparse.Namespace) -> int:
                     print(f"replayed {make_id(q, old)} as {make_id(q, new)}")
                 total += len(runs)
             else:
-                n_dead, _ = handle.purge(True, False).result(timeout=60)
+                n_dead, _ = handle.purge(True, False, seqs).result(timeout=60)
                 total += n_dead
         verb = {"list": "listed", "replay": "replayed", "purge": "purged"}[args.action]
         print(f"{total:,} dead letters {verb} in pool {name}", file=sys.stderr)

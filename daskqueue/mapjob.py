@@ -315,7 +315,10 @@ def run_map(args: argparse.Namespace) -> int:
             options: dict[str, Any] = dict(max_retries=args.max_retries, time_limit_s=args.time_limit)
             if root is not None:
                 options.update(durability="durable", dirpath=str(root / "queues"))
-            qp = QueuePool(client, args.queues or max(1, n_workers), name=f"map-{args.func}", **options)
+            n_queues = args.queues or max(1, n_workers)
+            if root is not None:  # a resumed job keeps its queues, whatever the workers now
+                n_queues = max(n_queues, _known_queues(root / "queues"))
+            qp = QueuePool(client, n_queues, name=f"map-{args.func}", **options)
             cp = ConsumerPool(client, qp)
             try:
                 cp.start()
@@ -408,6 +411,16 @@ def _record(got: list[tuple[int, Any]], state: State, journal: Journal, output: 
     bar.update(len(new))
     if new:
         bar.set_postfix(failed=sum(1 for r in journal.records.values() if "error" in r), refresh=False)
+
+
+def _known_queues(dirpath: Path) -> int:
+    """How many queues the durable pool at ``dirpath`` holds (0: none yet)."""
+    from daskqueue.queue.directory import POOL_FILE
+
+    try:
+        return int(json.loads((dirpath / POOL_FILE).read_text())["n_queues"])
+    except (OSError, ValueError, KeyError):
+        return 0
 
 
 def _take(qp: Any) -> list[tuple[int, Any]]:

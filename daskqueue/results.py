@@ -148,6 +148,8 @@ class ResultCollector:
                 return out
             out = [(i, self.results.pop(i)) for i in ids if i in self.results]
             out += [(i, self.failures.pop(i)) for i in ids if i in self.failures]
+            if not self.results:
+                self.forget_consumers()
             return out
 
     def forget_consumers(self) -> None:
@@ -243,7 +245,13 @@ class ResultCollector:
             n = 0
             for q, future in futures:
                 try:
+                    sent = self._dead_cursors[q]
                     self._cursors[q], blob, self._dead_cursors[q], dead = self._answer(q, future)
+                    if self._dead_cursors[q] < sent:
+                        # The queue was rebuilt from disk and numbers its dead letters afresh
+                        # (replayed or purged ones are gone): read them all again; a failure
+                        # already known is recorded once.
+                        self._dead_cursors[q] = 0
                 except QueueMovedError:
                     continue  # the next poll asks the queue where it moved to
                 got = self._take_results(pickle.loads(blob)) + self._take_dead(q, dead)
@@ -345,8 +353,9 @@ class ResultCollector:
             self.failures[error.task_id] = error
         else:
             claim, position = owner
+            if position not in claim.failures:
+                claim.settled += 1
             claim.failures[position] = error
-            claim.settled += 1
 
     def _take_dead(self, q: int, dead: list[tuple[int, int, bytes, Any]]) -> int:
         for seq, attempts, error, _meta in dead:

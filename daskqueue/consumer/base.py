@@ -652,7 +652,17 @@ class ConsumerBase:
             else:
                 await self._settle(batch, outcome, early=False)
         except _Abandoned:
-            pass  # not settled: its lease expires and the queue redelivers it (an attempt)
+            # Late ack: not settled, its lease expires and the queue redelivers it (an
+            # attempt). Early ack: acked already, so its items fail here, with no result.
+            if self.early_ack:
+                from daskqueue.consumer.isolate import time_limit_error
+
+                errors = {p: time_limit_error(batch, p) for p in range(batch.count)}
+                try:
+                    await self._record(batch, Outcome(batch.count, errors, set(), [None] * batch.count))
+                except Exception:
+                    logger.exception("consumer %d: recording the time-limit failures of lease %d failed",
+                                     self.index, batch.lease_id)
         except Exception:
             logger.exception(
                 "consumer %d: settling lease %d failed; its messages will be redelivered",

@@ -22,6 +22,7 @@ import asyncio
 import itertools
 import logging
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -254,6 +255,10 @@ class ProcessRunner:
                         report_starts: bool, skip: dict[int, bytes]) -> tuple[Any, ...]:
         child = await self._ensure()
         needed = {d: funcs[d] for d in _digests(batch) if d not in child.sent_funcs and d in funcs}
+        allowance = _allowance(batch, skip)
+        # A batch with time limits reports its items' starts: its allowance counts from the
+        # first one (not from the consumer's setup, which the first batch runs first).
+        report_starts = report_starts or allowance is not None
         request_id = next(self._ids)
         request = child.requests[request_id] = _Request(asyncio.get_running_loop().create_future())
         try:
@@ -263,10 +268,15 @@ class ProcessRunner:
         child.sent_funcs.update(needed)
         if child.reader is not None and child.reader.done() and not request.future.done():
             request.future.set_exception(ChildDied(child.proc.returncode, None))  # died before
-        allowance = _allowance(batch, skip)
         if allowance is not None:
-            done, _ = await asyncio.wait({request.future}, timeout=allowance)
-            if not done and child.proc.returncode is None:
+            started_at = None
+            while not request.future.done():
+                await asyncio.wait({request.future}, timeout=0.2)
+                if started_at is None and request.last_started is not None:
+                    started_at = time.monotonic()
+                if started_at is not None and time.monotonic() - started_at > allowance:
+                    break
+            if not request.future.done() and child.proc.returncode is None:
                 # An item ignored its interruption (a C call, or it caught the exception):
                 # the child's slot would be held for good. End the child; the batch is rerun
                 # item by item and the item that hangs is failed (see _recover).

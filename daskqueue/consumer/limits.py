@@ -72,10 +72,19 @@ class Watchdog:
     def disarm(self, token: int) -> None:
         """Stop watching; if the limit fired and its exception has not been raised yet,
         cancel it and raise :class:`TimeLimitExceeded` here instead (deterministically)."""
-        with self._cond:
-            armed = self._armed.pop(token, None)
-            if armed is not None and self._by_thread.get(armed.thread_id) is armed:
-                del self._by_thread[armed.thread_id]
+        armed = None
+        try:
+            with self._cond:
+                armed = self._armed.pop(token, None)
+                if armed is not None and self._by_thread.get(armed.thread_id) is armed:
+                    del self._by_thread[armed.thread_id]
+        finally:
+            # The interruption may land right here, before the entry went: never leave it.
+            if armed is None:
+                with self._cond:
+                    left = self._armed.pop(token, None)
+                    if left is not None and self._by_thread.get(left.thread_id) is left:
+                        del self._by_thread[left.thread_id]
         if armed is not None and armed.fired_at is not None:
             _raise_in(armed.thread_id, None)
             raise TimeLimitExceeded(f"the task ran past its time limit of {armed.limit_s:g} s")

@@ -525,6 +525,8 @@ class QueueActorBase:
         now = self._now()
         for d, call in calls.items():
             lease = leases[d]
+            if self._core.lease(lease.lease_id) is None:  # taken back meanwhile (cannot expire)
+                continue
             if call.done() and not call.cancelled() and call.exception() is None:
                 for span, (first, _) in zip(lease.spans, call.result()):
                     moved.append((span.first_seq, span.count, d, first))
@@ -576,9 +578,10 @@ class QueueActorBase:
                 await asyncio.sleep(FENCE_CHECK_S)
                 for source, keys in list(self._fences.items()):
                     peer = self._peers.get(source)
+                    asked = set(keys)  # adopt may add keys while the answer is awaited
                     try:
                         held = set() if peer is None else set(await asyncio.wait_for(
-                            peer.holds_keys(sorted(keys)), defaults.CONTROL_CALL_TIMEOUT_S))
+                            peer.holds_keys(sorted(asked)), defaults.CONTROL_CALL_TIMEOUT_S))
                     except (QueueHandedOffError, asyncio.TimeoutError):
                         continue
                     except Exception as e:
@@ -588,7 +591,7 @@ class QueueActorBase:
                         held = set()
                     if self._paused is not None:
                         await self._unpaused()
-                    free = keys - held
+                    free = asked - held
                     if free:
                         self._core.unfence(free)
                         keys -= free
@@ -1066,13 +1069,14 @@ class QueueActorBase:
         logger.info("queue %d: %d dead letters replayed", self.index, len(dead))
         return [(d.seq, 1, self.index, first) for d, (first, _) in zip(dead, ranges)]
 
-    async def purge(self, dead: bool = True, ready: bool = False) -> tuple[int, int]:
-        """Drop the dead letters (``dead``) and the waiting messages (``ready``: ready and
-        delayed ones; leased ones finish). Returns ``(dead letters, waiting messages)`` dropped."""
+    async def purge(self, dead: bool = True, ready: bool = False, seqs: list[int] | None = None) -> tuple[int, int]:
+        """Drop the dead letters (``dead``: all, or those with these ``seqs``) and the waiting
+        messages (``ready``: ready and delayed ones; leased ones finish). Returns ``(dead
+        letters, waiting messages)`` dropped."""
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
         self._start()
-        n_dead = len(self._core.take_dead()) if dead else 0
+        n_dead = len(self._core.take_dead(None if seqs is None else set(seqs))) if dead else 0
         n_ready = self._core.purge_waiting() if ready else 0
         self._after_change(self._now())
         if n_ready:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import heapq
+import math
 import itertools
 import random
 from collections import deque
@@ -473,7 +474,7 @@ class QueueCore:
 
     def keys_present(self, keys: set[str]) -> set[str]:
         """Those of ``keys`` that a message here still has (held, waiting or leased)."""
-        present = {k for k in keys if k in self._key_holder}
+        present = {k for k in keys if k in self._key_holder or k in self._fenced}
         for span, _ in self.live_spans():
             if span.chunk.key in keys:
                 present.add(span.chunk.key)
@@ -531,9 +532,15 @@ class QueueCore:
                 self._log(JournalEntry(IndexType.LEASE, span))
             count = sum(s.count for s, _ in spans)
             self._n.ready += count  # _make_lease counts them out of ready
-            leases[d] = self._make_lease([s for s, _ in spans], count, now, MOVER)
+            lease = leases[d] = self._make_lease([s for s, _ in spans], count, now, MOVER)
+            # A mover lease never expires (its heap entry goes stale): its messages must not be
+            # redelivered here while the destination may be storing them.
+            lease.deadline = math.inf
             delays[d] = [delay for _, delay in spans]
-            fences[d] = {s.chunk.key for s, _ in spans if s.chunk.key in self._key_holder}
+            # A key held here, or fenced here (it moved here while it ran elsewhere), is
+            # fenced at the destination too.
+            fences[d] = {s.chunk.key for s, _ in spans
+                         if s.chunk.key in self._key_holder or s.chunk.key in self._fenced}
         return leases, delays, fences  # type: ignore[return-value]
 
     def drop_moved(self, lease_id: int) -> int:
@@ -1014,7 +1021,7 @@ class QueueCore:
         assert leased == n.leased, f"leased count {n.leased} != {leased} in leases"
         for lease in self._leases.values():
             assert lease.count == sum(s.count for s in lease.spans), "lease count != its spans"
-            assert (lease.deadline, lease.lease_id) in self._deadlines, "lease missing from heap"
+            assert lease.owner == MOVER or (lease.deadline, lease.lease_id) in self._deadlines, "lease missing from heap"
         spans = [s for dq in self._ready.values() for s in dq]
         spans += [s for _, _, s in self._delayed]
         spans += [s for lease in self._leases.values() for s in lease.spans]

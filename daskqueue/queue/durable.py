@@ -146,8 +146,12 @@ class DurableQueue(QueueActorBase):
                 self._chunk_live[h.base_seq] = [rc.segment, live]
                 pins[rc.segment] = pins.get(rc.segment, 0) + 1
         wall_offset = time.time() - now
+        bodies: dict[tuple[int, int], Any] = {}  # one ERROR record serves a span's letters
         for seq, attempts, body, seg, off in rec.dead:
-            error, wall, meta, priority, payload = decode_dead_body(body, seq)
+            decoded = bodies.get((seg, off))
+            if decoded is None:
+                decoded = bodies[(seg, off)] = read_dead_body(body)
+            error, wall, meta, priority, payload = dead_letter_from(decoded, seq)
             self._core.restore_dead(seq, attempts, error, meta, payload=payload, priority=priority,
                                     at=(wall - wall_offset) if wall else now)
             self._dead_errors[seq] = (seg, off)
@@ -292,7 +296,12 @@ class DurableQueue(QueueActorBase):
         seg = off = 0
         if entry.kind == IndexType.DEAD:
             body = encode_dead_body(entry.error, span.chunk, span.start, span.stop)
-            seg, off = self._store.append_log(LogType.ERROR, body)
+            try:
+                seg, off = self._store.append_log(LogType.ERROR, body)
+            except PayloadTooLargeError:  # a span of big messages: the error alone, payloads lost
+                logger.warning("queue %d: %d dead letters too large to keep with their payloads",
+                               self.index, span.count)
+                seg, off = self._store.append_log(LogType.ERROR, entry.error)
             for seq in range(span.first_seq, span.first_seq + span.count):
                 self._dead_errors[seq] = (seg, off)
                 self._store.pin(seg)
@@ -635,9 +644,19 @@ def encode_dead_body(error: bytes, chunk: Chunk, start: int, stop: int, wall: fl
 def decode_dead_body(body: bytes, seq: int) -> tuple[bytes, float, ChunkMeta | None, int, ChunkPayload | None]:
     """``(error, wall time, meta, priority, payload)`` of dead letter ``seq`` from its ERROR
     record (an older record: the error only, the rest unknown)."""
+    return dead_letter_from(read_dead_body(body), seq)
+
+
+def read_dead_body(body: bytes) -> tuple[Any, ...]:
+    """The decoded fields of an ERROR record (decode once per record, not per letter)."""
     if not body.startswith(DEAD_BODY_MAGIC):
-        return body, 0.0, None, 0, None
-    error, wall, meta, priority, first, rebased, data = pickle.loads(body[len(DEAD_BODY_MAGIC):])
+        return (body, 0.0, None, 0, 0, b"", b"")
+    return pickle.loads(body[len(DEAD_BODY_MAGIC):])
+
+
+def dead_letter_from(fields: tuple[Any, ...], seq: int) -> tuple[bytes, float, ChunkMeta | None, int, ChunkPayload | None]:
+    """Dead letter ``seq``'s part of a decoded ERROR record."""
+    error, wall, meta, priority, first, rebased, data = fields
     payload = None
     if rebased:
         offs = array("I")

@@ -1236,7 +1236,7 @@ class QueuePool:
         n = 0
         for q, pending in calls:
             runs = self._answer(q, pending)
-            old = [make_id(q, s) for s, _, _, _ in runs]
+            old = [make_id(*self._collector._pieces(q, s, 1)[0][:2]) for s, _, _, _ in runs]
             self._collector.forget_failures(old)
             self._collector.moved(runs, q)
             n += len(runs)
