@@ -507,8 +507,8 @@ class QueueActorBase:
         try:
             self._after_change(now)
         except BaseException:
-            for lease in leases.values():
-                self._core.settle(lease.lease_id, done=0, now=now)
+            for d, lease in leases.items():
+                self._core.return_moved(lease.lease_id, delays[d], now=now)
             raise
         calls = {}
         for d, lease in leases.items():
@@ -535,7 +535,7 @@ class QueueActorBase:
             call.cancel()
             error = "no answer in time" if not call.done() or call.cancelled() else repr(call.exception())
             failed.append(f"queue {d}: {error}")
-            self._core.settle(lease.lease_id, done=0, now=now)  # back in their places
+            self._core.return_moved(lease.lease_id, delays[d], now=now)  # back in their places
         try:
             self._after_change(now)
         finally:

@@ -543,6 +543,20 @@ class QueueCore:
                          if s.chunk.key in self._key_holder or s.chunk.key in self._fenced}
         return leases, delays, fences  # type: ignore[return-value]
 
+    def return_moved(self, lease_id: int, delays: list[float], *, now: float) -> None:
+        """A move failed: the messages of mover lease ``lease_id`` stay here, each span back
+        where it was, ready (at the front) or delayed for the ``delays`` it had left."""
+        lease = self._leases.pop(lease_id)
+        self._lease_ended(lease)
+        self._n.leased -= lease.count
+        for span, delay in reversed(list(zip(lease.spans, delays))):
+            if delay > 0:
+                self._delay(span, now + delay)
+                self._log(JournalEntry(IndexType.RETRY, span, time=now + delay))
+            else:
+                self._push_ready(span, front=True)
+                self._log(JournalEntry(IndexType.RELEASE, span))
+
     def drop_moved(self, lease_id: int) -> int:
         """The messages of mover lease ``lease_id`` are stored in their new queue: they
         leave this one, with no outcome here (journalled as acks). Returns how many."""

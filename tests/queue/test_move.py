@@ -68,9 +68,14 @@ def test_delayed_messages_move_with_the_time_left_until_they_are_due():
 def test_a_move_that_failed_gives_the_messages_back_in_their_places():
     core = make_core()
     b = put(core, 2, "b")
-    leases, _, _ = core.take_moving(to_new, now=0)
-    core.settle(leases[1].lease_id, done=0, now=0)
-    assert seqs(core.get_batch(10, now=0)) == b[:1]
+    chunk = core.new_chunk(1, key="d")
+    core.put(chunk, now=0, not_before=10.0)
+    leases, delays, _ = core.take_moving(to_new, now=4.0)
+    core.return_moved(leases[1].lease_id, delays[1], now=4.0)
+    assert seqs(core.get_batch(10, now=4.0)) == b[:1]  # ready, first again
+    assert core.stats().delayed == 1  # the delayed one still waits for its due time
+    assert core.get_batch(10, now=9.0) is None
+    assert seqs(core.get_batch(10, now=10.5)) == [chunk.base_seq]
 
 
 def test_a_fenced_key_waits_and_other_keys_do_not():
