@@ -52,6 +52,9 @@ def encode_frame(obj: Any) -> bytes:
 #: The GIL switch interval of a child process with reserved slots (Python's default: 5 ms).
 URGENT_SWITCH_INTERVAL_S = 0.0005
 
+#: How much lower the child's CPU priority is when it has reserved slots (``os.nice``).
+URGENT_CHILD_NICE = 5
+
 
 class _Child:
     """The child's state: the consumer twin, its thread pool, the locked output pipe."""
@@ -70,6 +73,13 @@ class _Child:
             # the urgent thread asks for it, and a short task asks several times: hand the
             # GIL over 10x sooner in this process, where urgent work shares it by design.
             sys.setswitchinterval(URGENT_SWITCH_INTERVAL_S)
+            # And let the worker processes (the queues and consumers that carry an urgent
+            # task to this child and its result back) run before this child's long tasks
+            # when the cores are all busy: the long tasks lose a little CPU only then.
+            try:
+                os.nice(URGENT_CHILD_NICE)
+            except OSError:  # not allowed here: the switch interval alone still helps
+                pass
 
     def send(self, obj: Any) -> None:
         frame = encode_frame(obj)
