@@ -134,3 +134,10 @@ def block_in_c(seconds):
     """Block in one C call (``time.sleep``) that a time limit cannot interrupt."""
     time.sleep(seconds)
     return seconds
+
+
+def niceness(_=None):
+    """The CPU niceness of the process running the task."""
+    import os
+
+    return os.nice(0)

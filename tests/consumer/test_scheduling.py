@@ -163,3 +163,13 @@ def test_a_key_with_more_messages_than_one_put_keeps_its_order(pools):
     assert ids == sorted(ids)  # later messages of the key got later sequence numbers
     cp.join(timeout=60)
     assert [cp.results()[i] for i in ids] == [2 * i for i in range(300)]
+
+
+@pytest.mark.timeout(120)
+def test_a_child_with_reserved_slots_runs_its_tasks_at_a_lower_cpu_priority(pools):
+    import os
+
+    qp = pools.queue(1)
+    cp = pools.consumer(qp, n_consumers=1, reserved_slots=1, isolation="process")
+    cp.start()
+    assert qp.map(tasks.niceness, [0], timeout_s=60) == [min(19, os.nice(0) + 5)]
