@@ -18,7 +18,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from daskqueue.errors import TimeLimitExceeded
 

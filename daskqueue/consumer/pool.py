@@ -34,6 +34,7 @@ from daskqueue.errors import (
 from daskqueue.membership import membership
 from daskqueue.queue.handles import call_all, free_actor, queue_ref
 from daskqueue.compat import deprecated
+from daskqueue.opening import OpensOnAwait
 from daskqueue.queue.pool import QueuePool, _not_in_client_loop
 from daskqueue.validate import check_choice, check_number
 
@@ -55,7 +56,7 @@ class _Member:
         return self.handle._address
 
 
-class ConsumerPool:
+class ConsumerPool(OpensOnAwait):
     """Consumer actors working on the queues of ``queue_pool``.
 
     Each consumer calls queue ``index mod n_queues`` its home; when the home queue is empty
@@ -149,20 +150,7 @@ class ConsumerPool:
         self._closed = False
         self._id = uuid.uuid4().hex  # how the queues of a typed pool tell our slots apart
         self.replaced = 0
-        self._opening: Any = None
-        if client.asynchronous:  # see QueuePool: ``await ConsumerPool(...)`` starts it on a thread
-            self._opening = lambda: self._open(n_consumers)
-            return
-        self._open(n_consumers)
-
-    def __await__(self) -> Any:
-        """``cp = await ConsumerPool(async_client, qp)``: start the consumers without blocking."""
-        async def opened() -> ConsumerPool:
-            if self._opening is not None:
-                opening, self._opening = self._opening, None
-                await asyncio.to_thread(opening)
-            return self
-        return opened().__await__()
+        self._open_now_or_on_await(client, lambda: self._open(n_consumers))
 
     def _open(self, n_consumers: int | None) -> None:
         client, queue_pool = self.client, self.queue_pool

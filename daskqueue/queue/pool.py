@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import html
 import itertools
 import logging
 import math
@@ -70,6 +69,7 @@ from daskqueue.segment.format import TOKEN_SIZE
 from daskqueue.results import DeadLetter, MapClaim, ResultCollector, dead_letter_of
 from daskqueue.serialize import encode_put, pickle_function
 from daskqueue.membership import membership
+from daskqueue.opening import OpensOnAwait
 from daskqueue.validate import check_choice, check_number, check_optional_str
 
 __all__ = ["QueuePool"]
@@ -167,7 +167,7 @@ def _progress_bar(total: int) -> Any:
     return tqdm(total=total, unit="task", desc="daskqueue")
 
 
-class QueuePool:
+class QueuePool(OpensOnAwait):
     """A pool of ``n_queues`` queue actors on the cluster of ``client``.
 
     Messages are routed round-robin, one put batch at a time; a call's messages are spread
@@ -258,22 +258,7 @@ class QueuePool:
         self.queues: list[Any] = []
         self._removed: set[int] = set()
         self._closed = False
-        self._opening: Callable[[], None] | None = None
-        if client.asynchronous:
-            # Made in the event loop of an asynchronous Client: blocking here would stall the
-            # loop the calls need. ``await QueuePool(...)`` starts it on a thread.
-            self._opening = lambda: self._open(direct_to_workers)
-            return
-        self._open(direct_to_workers)
-
-    def __await__(self) -> Any:
-        """``qp = await QueuePool(async_client, ...)``: start the queues without blocking the loop."""
-        async def opened() -> QueuePool:
-            if self._opening is not None:
-                opening, self._opening = self._opening, None
-                await asyncio.to_thread(opening)
-            return self
-        return opened().__await__()
+        self._open_now_or_on_await(client, lambda: self._open(direct_to_workers))
 
     def _open(self, direct_to_workers: bool | None) -> None:
         client = self.client
