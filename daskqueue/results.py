@@ -152,6 +152,16 @@ class ResultCollector:
                 self.forget_consumers()
             return out
 
+    def take_all(self, which: str) -> dict[int, Any]:
+        """Remove and return every result (``which="results"``) or failure (``"failures"``),
+        replacing the dict so that its memory is freed."""
+        with self._lock:
+            out = getattr(self, which)
+            setattr(self, which, {})
+            if which == "results":
+                self.forget_consumers()
+            return out
+
     def forget_consumers(self) -> None:
         """The results were all taken: who ran them is not asked any more."""
         self._ran, self._ran_sorted = {}, {}

@@ -508,11 +508,7 @@ class ConsumerPool(OpensOnAwait):
             index = collector.ran_by(task_id)
             nested.setdefault("unknown" if index is None else f"{name}-{index}", {})[task_id] = value
         if clear:
-            with collector._lock:
-                for task_id in flat:
-                    collector.results.pop(task_id, None)
-                if not collector.results:
-                    collector.forget_consumers()
+            collector.take(set(flat))
         return nested
 
     # -- daskqueue 0.2.0's spellings ---------------------------------------------------------------

@@ -1139,24 +1139,17 @@ class QueuePool(OpensOnAwait):
         use ``ConsumerPool.as_completed`` (or ``clear=True``) so that client memory stays flat.
         """
         self.poll_outcomes()
-        collector = self._collector
         if not clear:
-            return dict(collector.results)
-        with collector._lock:
-            out, collector.results = collector.results, {}
-            collector.forget_consumers()
-        return out
+            return dict(self._collector.results)
+        return self._collector.take_all("results")
 
     def failures(self, *, clear: bool = False) -> dict[int, RemoteTaskError]:
         """``{task_id: RemoteTaskError}`` of every task dead-lettered so far (fetched now; a
         copy); ``clear=True`` forgets those returned, as for :meth:`results`."""
         self.poll_outcomes()
-        collector = self._collector
         if not clear:
-            return dict(collector.failures)
-        with collector._lock:
-            out, collector.failures = collector.failures, {}
-        return out
+            return dict(self._collector.failures)
+        return self._collector.take_all("failures")
 
     def result(self, task_id: int, timeout_s: float | None = None) -> Any:
         """The return value of task ``task_id``, waiting for it (long-polling its queue).
