@@ -18,6 +18,8 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -93,6 +95,10 @@ def bench(args: argparse.Namespace) -> int:
     return subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *args.options], cwd=root, env=env).returncode
 
 
+#: The longest ``daskqueue stats`` waits for the scheduler's answer.
+STATS_TIMEOUT_S = 30.0
+
+
 def _connect(address: str | None) -> Any:
     from distributed import Client
 
@@ -109,7 +115,14 @@ def _pool_stats(client: Any) -> list[dict[str, Any]]:
     async def collect(dask_scheduler: Any = None) -> list[dict[str, Any]]:
         return await status.collect_status(dask_scheduler)
 
-    return client.run_on_scheduler(collect)
+    # Each worker is asked within 2 s on the scheduler; this bounds the scheduler's answer.
+    pool = ThreadPoolExecutor(1)
+    try:
+        return pool.submit(client.run_on_scheduler, collect).result(timeout=STATS_TIMEOUT_S)
+    except FutureTimeout:
+        raise SystemExit(f"daskqueue stats: the scheduler did not answer within {STATS_TIMEOUT_S:g} s") from None
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _print_stats(pools: list[dict[str, Any]], before: dict[tuple[str, Any], int] | None, dt: float,

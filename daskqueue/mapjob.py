@@ -305,7 +305,7 @@ def run_map(args: argparse.Namespace) -> int:
     cluster = None
     try:
         if args.scheduler:
-            client = Client(args.scheduler)
+            client = Client(args.scheduler, timeout="30s")
         else:
             cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=None,
                                    silence_logs=logging.ERROR)
