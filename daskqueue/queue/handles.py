@@ -33,6 +33,7 @@ __all__ = [
     "released_actor",
     "LOST_CHECK_S",
     "ORPHAN_CHECK_S",
+    "bind_local",
 ]
 
 logger = logging.getLogger("daskqueue")
@@ -82,6 +83,22 @@ class WorkerActor(Actor):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (WorkerActor, (self._cls, self._address, self.key))
+
+
+def bind_local(handle: Any) -> Any:
+    """The actor object behind ``handle`` if it lives in this worker process (its ``async``
+    methods are then awaited directly, without a call through the comm), else ``handle``
+    itself (also off a worker: tests driving an actor by hand)."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return handle
+    key, address = getattr(handle, "key", None), getattr(handle, "_address", None)
+    if key is None or address != worker.address:
+        return handle
+    return worker.state.actors.get(key, handle)
 
 
 def free_actor(future: Any, handle: Any) -> None:

@@ -1,0 +1,172 @@
+"""The queue actor's outbox: results and dead letters waiting for the client, read with
+cursors, and the dead-letter admin (list, replay, purge).
+
+A mixin of :class:`~daskqueue.queue.base.QueueActorBase` (see there why mixins). The result
+records are numbered: ``self._results[0]`` is number ``self._results_base``; the client's
+cursor is the number of the first record it has not seen, and fetching from a cursor drops
+the records before it. Dead letters live in the core, numbered by ``dead_appended``.
+``_add_result`` / ``_drop_results`` are storage hooks (a durable queue writes both through).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import time
+from typing import TYPE_CHECKING, Any
+
+from daskqueue.queue.core import Span
+from daskqueue.queue.payload import moved_group
+from daskqueue.segment.format import TOKEN_SIZE
+from daskqueue.serialize import PROTOCOL, ResultRecord, encode_put
+
+if TYPE_CHECKING:
+    from daskqueue.queue.core import QueueCore
+
+__all__ = ["OutboxMixin"]
+
+logger = logging.getLogger("daskqueue")
+
+DeadRow = tuple[int, int, bytes, Any]  # (seq, attempts, error, meta)
+
+
+class OutboxMixin:
+    """Remote methods ``fetch_results``, ``fetch_outcomes``, ``fetch_dead``, ``dead_letters``,
+    ``replay_dead``, ``purge``."""
+
+    # Owned by QueueActorBase.
+    index: int
+    _core: QueueCore
+    _funcs: dict[bytes, bytes]
+    _handed_off: bool
+
+    def _init_outbox(self) -> None:
+        self._results: list[ResultRecord] = []  # records not yet fetched
+        self._results_base = 0  # the number (cursor) of self._results[0]
+        self._outcome_event: asyncio.Event | None = None
+
+    # -- storage hooks (in memory here) ---------------------------------------------------------
+
+    def _add_result(self, record: ResultRecord) -> None:
+        self._results.append(record)
+
+    def _drop_results(self, n: int) -> None:
+        del self._results[:n]
+        self._results_base += n
+
+    def _notify_outcomes(self) -> None:
+        """Wake ``fetch_outcomes`` waiters: new results or dead letters are here."""
+        if self._outcome_event is not None:
+            self._outcome_event.set()
+            self._outcome_event = asyncio.Event()
+
+    # -- reading outcomes ---------------------------------------------------------------------
+
+    async def fetch_results(self, cursor: int) -> tuple[int, bytes]:
+        """Records from ``cursor`` on, and the next cursor; drops the records before ``cursor``.
+
+        The records are a pickled list of :class:`~daskqueue.serialize.ResultRecord`; its
+        ``final_errors`` are failures of early-acked messages (late-acked failures are retried
+        and reach ``fetch_dead`` instead).
+        """
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        if self._handed_off:  # its results went to the successor, under the same numbers
+            self._check_serving()
+        drop = max(0, min(cursor - self._results_base, len(self._results)))
+        if drop:
+            self._drop_results(drop)
+        end = self._results_base + len(self._results)
+        return end, pickle.dumps(self._results, PROTOCOL)
+
+    async def fetch_outcomes(self, cursor: int, dead_cursor: int,
+                             wait_s: float = 0.0) -> tuple[int, bytes, int, list[DeadRow]]:
+        """``fetch_results`` and ``fetch_dead`` in one call; if neither has anything new,
+        wait up to ``wait_s`` for an outcome to arrive (a long poll, not a loop)."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._start()
+        end = self._results_base + len(self._results)
+        if wait_s > 0 and cursor >= end and dead_cursor >= self._core.dead_appended:
+            assert self._outcome_event is not None
+            try:
+                await asyncio.wait_for(self._outcome_event.wait(), wait_s)
+            except asyncio.TimeoutError:
+                pass
+        # Both wait at the gate again; neither yields to the loop once past it.
+        cursor, blob = await self.fetch_results(cursor)
+        dead_cursor, dead = await self.fetch_dead(dead_cursor)
+        return cursor, blob, dead_cursor, dead
+
+    async def fetch_dead(self, cursor: int) -> tuple[int, list[DeadRow]]:
+        """Dead letters from index ``cursor`` on: ``(seq, attempts, error, meta)`` each."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        dead = self._core.dead_since(cursor)
+        return self._core.dead_appended, [(d.seq, d.attempts, d.error, d.chunk.meta) for d in dead]
+
+    # -- dead-letter admin ----------------------------------------------------------------------
+
+    async def dead_letters(self, limit: int | None = None, seqs: list[int] | None = None) -> list[tuple[Any, ...]]:
+        """The dead letters (the first ``limit``, or those with these ``seqs``), oldest first:
+        ``(seq, attempts, error, wall time, kind, function digest, type, key, priority,
+        payload bytes or None)`` each."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._check_serving()
+        wanted = None if seqs is None else set(seqs)
+        dead = [d for d in self._core.dead if wanted is None or d.seq in wanted]
+        if limit is not None:
+            dead = dead[:limit]
+        offset = time.time() - self._now()
+        out = []
+        for d in dead:
+            meta, payload = d.chunk.meta, d.chunk.payload
+            data = None
+            if payload is not None:
+                data = bytes(payload.data[payload.offsets[d.index] : payload.offsets[d.index + 1]])
+            out.append((d.seq, d.attempts, d.error, d.at + offset,
+                        getattr(meta, "kind", None), getattr(meta, "digest", None), d.chunk.type, d.chunk.key,
+                        d.chunk.priority, data))
+        return out
+
+    async def replay_dead(self, seqs: list[int] | None = None) -> list[tuple[int, int, int, int]]:
+        """Put dead letters (all, or those with these ``seqs``) back as new ready messages,
+        attempts reset; then forget them as dead letters. Returns ``(old seq, 1, this queue,
+        new seq)`` per message: the client reports their outcomes under their old ids. A dead
+        letter whose payload was not kept (stores older than this format) stays dead."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._start()
+        wanted = None if seqs is None else set(seqs)
+        dead = [d for d in self._core.dead if (wanted is None or d.seq in wanted) and d.chunk.payload is not None
+                and d.chunk.meta is not None]
+        if not dead:
+            return []
+        groups = [moved_group(Span(d.chunk, d.index, d.index + 1), 0.0) for d in dead]
+        funcs = {g.digest: self._funcs[g.digest] for g in groups if g.digest is not None and g.digest in self._funcs}
+        ranges = await self.put_batch(encode_put(groups, funcs), os.urandom(TOKEN_SIZE))
+        if self._paused is not None:
+            await self._unpaused()
+        self._core.take_dead({d.seq for d in dead})
+        self._after_change(self._now())
+        logger.info("queue %d: %d dead letters replayed", self.index, len(dead))
+        return [(d.seq, 1, self.index, first) for d, (first, _) in zip(dead, ranges)]
+
+    async def purge(self, dead: bool = True, ready: bool = False, seqs: list[int] | None = None) -> tuple[int, int]:
+        """Drop the dead letters (``dead``: all, or those with these ``seqs``) and the waiting
+        messages (``ready``: ready and delayed ones; leased ones finish). Returns ``(dead
+        letters, waiting messages)`` dropped."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._start()
+        n_dead = len(self._core.take_dead(None if seqs is None else set(seqs))) if dead else 0
+        n_ready = self._core.purge_waiting() if ready else 0
+        self._after_change(self._now())
+        if n_ready:
+            self._work_changed()
+        if n_dead or n_ready:
+            logger.warning("queue %d: purged %d dead letters and %d waiting messages", self.index, n_dead, n_ready)
+        return n_dead, n_ready
