@@ -101,3 +101,7 @@ TYPE_GOSSIP_STALE_S: float = 3.0
 MOVE_POLL_S: float = 0.1  # how often remove_queue looks whether its queue is drained
 DIR_MODE: int = 0o700  # a new durable directory's mode: the owner only (files: 0o600)
 TIME_LIMIT_GRACE_S: float = 5.0  # how long a task past its time limit may ignore the interruption
+
+#: Upper bounds (seconds) of a consumer's task-duration histogram (``ConsumerStats``,
+#: ``daskqueue_consumer_task_duration_seconds``).
+DURATION_BUCKETS_S: tuple[float, ...] = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0)

@@ -5,7 +5,9 @@ Dask's worker serves ``/metrics`` on its HTTP port from ``prometheus_client``'s 
 :class:`DaskQueueCollector` there (once per process) and gives every worker of the process the
 ``daskqueue_status`` RPC handler the status page asks (:mod:`daskqueue.status`). Both read
 :func:`snapshot`: one plain-data picture of the worker's daskqueue actors, found through
-``worker.state.actors``, so the page and ``/metrics`` always show the same numbers.
+``worker.state.actors``, so the page and ``/metrics`` always show the same numbers. Each
+actor offers a public ``metrics_sample()`` (a frozen :class:`QueueSample` or
+:class:`ConsumerSample`); this module imports no actor class and reads nothing private.
 
 Metrics (all ``daskqueue_``; per queue, labels ``pool``, ``queue``; per consumer, labels
 ``pool``, ``consumer`` (its index in its consumer pool) and ``actor`` (its Dask key, which keeps
@@ -37,10 +39,14 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+from daskqueue.defaults import DURATION_BUCKETS_S
 
 __all__ = ["ensure_registered", "snapshot", "families", "install_status_handler", "busy_slots",
-           "names_from_registry", "DaskQueueCollector", "STATUS_OP"]
+           "names_from_registry", "DaskQueueCollector", "STATUS_OP", "QueueSample", "ConsumerSample",
+           "payload_bytes", "DURATION_BUCKETS_S"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -124,66 +130,109 @@ class DaskQueueCollector:
             logger.debug("daskqueue metrics: collect failed: %s: %s", type(e).__name__, e)
 
 
+# -- what the actors offer ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSample:
+    """What a queue actor shows of itself (``metrics_sample()``): messages per state, bytes
+    held, lifetime totals. ``serving``: False once it is closed or handed to a successor (it
+    is then left out). ``bytes`` is None while it cannot be read (a compaction owns the state)."""
+
+    index: int
+    pool: str
+    kind: str
+    serving: bool
+    ready: int
+    delayed: int
+    leased: int
+    dead: int  # dead letters held now
+    bytes: int | None
+    puts: int
+    acks: int
+    retries: int
+    expired: int
+    worker_lost: int
+    moved: int
+    dead_letters: int  # ever dead-lettered: ``dead`` drops when dead letters are replayed or purged
+    purged: int
+
+    def row(self) -> dict[str, Any]:
+        """The status page's and ``/metrics``' plain-data row (msgpack-able)."""
+        row = {f: getattr(self, f) for f in self.__slots__}
+        del row["serving"]
+        return row
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSample:
+    """What a consumer actor shows of itself (``metrics_sample()``). ``queues``: ``(Dask key,
+    pool name)`` of each of its queues, home first, either part None when it does not know it
+    (see :func:`daskqueue.queue.handles.queue_identity`)."""
+
+    index: int
+    running: bool
+    slots: int  # max_concurrency + reserved_slots
+    running_batches: int  # batches handed to its runner, those fetched ahead too
+    done: int
+    failed: int
+    batches: int
+    duration_buckets: tuple[int, ...]  # cumulative counts per bound of DURATION_BUCKETS_S
+    duration_count: int
+    duration_sum_s: float
+    queues: tuple[tuple[str | None, str | None], ...] = ()
+
+    def row(self, pool: str) -> dict[str, Any]:
+        """The status page's and ``/metrics``' plain-data row (msgpack-able)."""
+        return {"index": self.index, "pool": pool, "running": self.running, "slots": self.slots,
+                "busy_slots": busy_slots(self.running_batches, self.slots), "done": self.done,
+                "failed": self.failed, "batches": self.batches, "duration_buckets": list(self.duration_buckets),
+                "duration_count": self.duration_count, "duration_sum_s": self.duration_sum_s}
+
+
+def payload_bytes(spans: Iterable[tuple[Any, int, int]]) -> int:
+    """Payload bytes of ``(payload, start, stop)`` runs of messages; a payload without
+    ``offsets`` (a chunk restored without its bytes) counts none."""
+    total = 0
+    for payload, start, stop in spans:
+        offsets = getattr(payload, "offsets", None)
+        if offsets is not None:
+            total += offsets[stop] - offsets[start]
+    return total
+
+
 # -- the snapshot ------------------------------------------------------------------------------
 
 
 def snapshot(worker: Any) -> dict[str, Any]:
     """The daskqueue actors ``worker`` holds, as plain data (msgpack-able): ``{"address",
     "queues": {key: {...}}, "consumers": {key: {...}}}``. Queues handed off to a successor
-    or closed are left out. Call it on the worker's event loop."""
-    from daskqueue.consumer.base import ConsumerBase
-    from daskqueue.queue.base import QueueActorBase
+    or closed are left out. Call it on the worker's event loop.
 
-    actors = list(worker.state.actors.items())
-    queues = {k: a for k, a in actors if isinstance(a, QueueActorBase) and not (a._closed or a._handed_off)}
-    local_pools = {k: q.pool or "" for k, q in queues.items()}
-    consumers = {}
-    for key, actor in actors:
-        if isinstance(actor, ConsumerBase):
-            pool = _consumer_pool(key, actor, local_pools)
-            if pool is None:
-                _refresh_names_soon(worker)
-            consumers[key] = _consumer_row(actor, pool or "")
-    return {"address": worker.address, "queues": {k: _queue_row(q) for k, q in queues.items()},
-            "consumers": consumers}
-
-
-def _queue_row(queue: Any) -> dict[str, Any]:
-    s = queue._core.stats()
-    return {"index": queue.index, "pool": queue.pool or "", "kind": queue.kind, "ready": s.ready,
-            "delayed": s.delayed, "leased": s.leased, "dead": s.dead, "bytes": _bytes_held(queue),
-            "puts": s.total_put, "acks": s.total_acked, "retries": s.total_retried,
-            "expired": s.total_expired, "worker_lost": s.total_taken_back, "moved": s.total_moved,
-            # Ever dead-lettered: ``dead`` drops when dead letters are replayed or purged.
-            "dead_letters": getattr(queue._core, "dead_appended", s.dead),
-            "purged": getattr(s, "total_purged", 0)}
+    An actor shows up by offering ``metrics_sample()``, which returns a :class:`QueueSample`
+    or a :class:`ConsumerSample`; this module knows no actor class."""
+    queues: dict[str, QueueSample] = {}
+    consumers: dict[str, ConsumerSample] = {}
+    for key, actor in list(worker.state.actors.items()):
+        sample = _sample(actor)
+        if isinstance(sample, QueueSample):
+            queues[key] = sample
+        elif isinstance(sample, ConsumerSample):
+            consumers[key] = sample
+    local_pools = {k: q.pool for k, q in queues.items() if q.pool}
+    consumer_rows = {}
+    for key, sample in consumers.items():
+        pool = _consumer_pool(key, sample, local_pools)
+        if pool is None:
+            _refresh_names_soon(worker)
+        consumer_rows[key] = sample.row(pool or "")
+    return {"address": worker.address, "queues": {k: q.row() for k, q in queues.items() if q.serving},
+            "consumers": consumer_rows}
 
 
-def _bytes_held(queue: Any) -> int | None:
-    """Payload bytes of the queue's messages (ready, delayed, leased and dead letters); None
-    while a compaction runs (its thread owns the queue's state: ``QueueActorBase._run_paused``).
-    O(spans): about 10 ms per 100,000 spans (runs of messages of one put) on the event loop."""
-    if queue._paused is not None:
-        return None
-    total = 0
-    for span, _ in queue._core.live_spans():
-        offsets = getattr(span.chunk.payload, "offsets", None)
-        if offsets is not None:  # a chunk restored without its payload holds none
-            total += offsets[span.stop] - offsets[span.start]
-    for d in queue._core.dead:
-        offsets = getattr(d.chunk.payload, "offsets", None)
-        if offsets is not None:
-            total += offsets[d.index + 1] - offsets[d.index]
-    return total
-
-
-def _consumer_row(consumer: Any, pool: str) -> dict[str, Any]:
-    slots = consumer.max_concurrency + consumer.reserved_slots
-    return {"index": consumer.index, "pool": pool, "running": consumer._loop_task is not None,
-            "slots": slots, "busy_slots": busy_slots(consumer._running_batches, slots),
-            "done": consumer._items_done, "failed": consumer._items_failed, "batches": consumer._batches,
-            "duration_buckets": list(consumer._duration_buckets),
-            "duration_count": consumer._duration_count, "duration_sum_s": consumer._duration_sum_s}
+def _sample(actor: Any) -> Any:
+    offer = getattr(type(actor), "metrics_sample", None)
+    return offer(actor) if callable(offer) else None
 
 
 def busy_slots(running_batches: int, slots: int) -> int:
@@ -193,18 +242,11 @@ def busy_slots(running_batches: int, slots: int) -> int:
     return min(running_batches, slots)
 
 
-def _consumer_pool(key: str, consumer: Any, local_pools: dict[str, str]) -> str | None:
-    """The pool of a consumer's queues (home first) that this process or the registry
+def _consumer_pool(key: str, sample: ConsumerSample, local_pools: dict[str, str]) -> str | None:
+    """The pool of a consumer's queues (home first) that it, this process or the registry
     knows, or None."""
-    from daskqueue.queue.base import QueueActorBase
-
-    home = consumer._home
-    for slot in sorted(consumer._queues, key=lambda i: i != home):
-        queue = consumer._queues[slot]
-        if isinstance(queue, QueueActorBase) and queue.pool:
-            return queue.pool
-        qkey = getattr(queue, "key", None)
-        pool = local_pools.get(qkey) or _names.get(qkey)
+    for qkey, pool in sample.queues:
+        pool = pool or local_pools.get(qkey) or _names.get(qkey)
         if pool:
             return pool
     return _names.get(key)
@@ -284,7 +326,6 @@ _CONSUMER_COUNTERS = [("done", "tasks_done", "Tasks that ran to a result."),
 
 def families(snaps: list[dict[str, Any]]) -> Iterator[Any]:
     """The metric families of :func:`snapshot` results (pure: no Dask, no actors)."""
-    from daskqueue.consumer.base import DURATION_BUCKETS_S
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
     from prometheus_client.utils import floatToGoString
 

@@ -144,3 +144,29 @@ def test_ensure_registered_registers_once_and_never_raises(monkeypatch):
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     metrics.ensure_registered()
     assert metrics._attempted
+
+
+def test_metrics_imports_no_actor_class():
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(metrics))
+    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not [m for m in modules if m and m.startswith(("daskqueue.queue", "daskqueue.consumer"))]
+
+
+async def test_the_snapshot_shows_a_queue_by_its_public_sample_until_it_is_handed_off():
+    from types import SimpleNamespace
+
+    from daskqueue import TransientQueue
+    from tests.queue.test_handoff import _raw_blob
+
+    q = TransientQueue(3, pool="p")  # driven by hand, on this test's event loop
+    await q.put_batch(_raw_blob([b"ab", b"cde"]))
+    worker = SimpleNamespace(address="tcp://w:1", state=SimpleNamespace(actors={"Q-3": q, "other": object()}))
+    row = metrics.snapshot(worker)["queues"]["Q-3"]
+    assert (row["index"], row["pool"], row["kind"], row["ready"], row["puts"]) == (3, "p", "transient", 2, 2)
+    assert row["bytes"] > 0 and "serving" not in row
+    await q.hand_off()
+    assert metrics.snapshot(worker)["queues"] == {}

@@ -112,7 +112,7 @@ class ConsumerStats:
 
 
 #: Upper bounds (seconds) of the task-duration histogram of :class:`ConsumerStats`.
-DURATION_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0)
+DURATION_BUCKETS_S = defaults.DURATION_BUCKETS_S
 
 
 class ConsumerBase:
@@ -888,6 +888,19 @@ class ConsumerBase:
                 raise LookupError(f"function {digest!r} is unknown to this consumer's queue")
             func = self._funcs[digest] = loads(data)  # type: ignore[index]
         return func
+
+    def metrics_sample(self) -> metrics.ConsumerSample:
+        """What ``/metrics`` and the status page show of this consumer (:mod:`daskqueue.metrics`)."""
+        from daskqueue.queue.handles import queue_identity
+
+        order = sorted(self._queues, key=lambda i: i != self._home)
+        return metrics.ConsumerSample(
+            index=self.index, running=self._loop_task is not None, slots=self.max_concurrency + self.reserved_slots,
+            running_batches=self._running_batches, done=self._items_done, failed=self._items_failed,
+            batches=self._batches, duration_buckets=tuple(self._duration_buckets),
+            duration_count=self._duration_count, duration_sum_s=self._duration_sum_s,
+            queues=tuple(queue_identity(self._queues[i]) for i in order),
+        )
 
 
 class _Abandoned(Exception):

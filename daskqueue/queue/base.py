@@ -342,6 +342,28 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
             total_moved=s.total_moved,
         )
 
+    def metrics_sample(self) -> metrics.QueueSample:
+        """What ``/metrics`` and the status page show of this queue (:mod:`daskqueue.metrics`).
+
+        Plain, not ``async``: the metrics read it on the worker's event loop, between calls.
+        Counting the bytes held is O(spans), about 10 ms per 100,000 runs of messages; while
+        a compaction runs (its thread owns the state) they are left out."""
+        s = self._core.stats()
+        return metrics.QueueSample(
+            index=self.index, pool=self.pool or "", kind=self.kind, serving=not (self._closed or self._handed_off),
+            ready=s.ready, delayed=s.delayed, leased=s.leased, dead=s.dead,
+            bytes=None if self._paused is not None else self._bytes_held(),
+            puts=s.total_put, acks=s.total_acked, retries=s.total_retried, expired=s.total_expired,
+            worker_lost=s.total_taken_back, moved=s.total_moved, dead_letters=self._core.dead_appended,
+            purged=s.total_purged,
+        )
+
+    def _bytes_held(self) -> int:
+        """Payload bytes of the messages (ready, delayed, leased) and the dead letters."""
+        live = ((span.chunk.payload, span.start, span.stop) for span, _ in self._core.live_spans())
+        dead = ((d.chunk.payload, d.index, d.index + 1) for d in self._core.dead)
+        return metrics.payload_bytes(live) + metrics.payload_bytes(dead)
+
     async def close(self) -> None:
         """Refuse further calls, wake every waiter, stop the background tasks, wait for paused
         work to finish, then close storage. Idempotent."""

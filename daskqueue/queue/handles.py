@@ -34,6 +34,7 @@ __all__ = [
     "LOST_CHECK_S",
     "ORPHAN_CHECK_S",
     "bind_local",
+    "queue_identity",
 ]
 
 logger = logging.getLogger("daskqueue")
@@ -99,6 +100,14 @@ def bind_local(handle: Any) -> Any:
     if key is None or address != worker.address:
         return handle
     return worker.state.actors.get(key, handle)
+
+
+def queue_identity(queue: Any) -> tuple[str | None, str | None]:
+    """``(Dask key, pool name)`` of a queue a consumer holds, as far as it knows: an actor
+    handle knows its key, a queue object bound in this process (:func:`bind_local`) its pool."""
+    if isinstance(queue, Actor):
+        return queue.key, None
+    return None, getattr(queue, "pool", None) or None
 
 
 def free_actor(future: Any, handle: Any) -> None:
