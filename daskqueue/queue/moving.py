@@ -64,7 +64,9 @@ class MovingMixin:
         queue fences the key until this queue holds none of its messages.
 
         Each destination stores the messages before they leave here (a mover lease holds them
-        meanwhile): a failure or a crash may deliver a message twice, never lose it. Returns
+        meanwhile): a failure or a crash may deliver a message twice, never lose it. Once a
+        destination took its messages, the caller gets their new ids even if recording the
+        move here fails (a full disk: the record waits for the next write). Returns
         ``(old first seq, count, new queue, new first seq)`` per moved run (the client reports
         their outcomes under their old ids) and the errors of the destinations that did not
         take theirs (those messages stay here, in their places).
@@ -110,6 +112,12 @@ class MovingMixin:
             self._core.return_moved(lease.lease_id, delays[d], now=now)  # back in their places
         try:
             self._after_change(now)
+        except Exception as e:
+            # The moves took effect: the destinations hold the messages and this queue
+            # dropped them. The caller must learn their new ids whatever storage says here;
+            # the records stay pending for the next write that succeeds (a crash before it
+            # delivers those messages twice, never loses them).
+            logger.warning("queue %d: recording a move failed (pending for the next write): %s", self.index, e)
         finally:
             self._notify_ready()
             self._work_changed()

@@ -174,3 +174,44 @@ def test_across_a_move_each_key_runs_one_at_a_time_in_put_order(ops, move_at):
         assert len(running) == len(set(running)), "two messages of one key at once"
     for key, done in completed.items():
         assert done == sorted(done), f"key {key} completed out of put order"
+
+
+async def test_a_move_whose_last_write_fails_still_returns_the_new_ids_of_what_moved(tmp_path, monkeypatch):
+    """The destination stored the messages and the source dropped them; a full disk at the
+    source's last write must not swallow the old -> new id mapping (the client would get
+    outcomes under ids it never handed out)."""
+    from daskqueue import DurableQueue
+    from daskqueue.errors import StoreError
+    from tests.queue.test_handoff import _raw_blob
+
+    source, dest = DurableQueue(0, str(tmp_path / "a")), DurableQueue(1, str(tmp_path / "b"))
+    await source.set_peers([source, dest])  # off a worker a peer is the object itself
+    await source.put_batch(_raw_blob([1, 2, 3]))
+    adopted = []
+    adopt = dest.adopt
+
+    async def adopt_and_note(*args):
+        adopted.append(await adopt(*args))
+        return adopted[-1]
+
+    write = source._after_change
+
+    def full_disk_once_adopted(now):
+        if adopted and adopted[-1] != "failed":
+            adopted.append("failed")
+            raise StoreError("no space left on device")
+        write(now)
+
+    monkeypatch.setattr(dest, "adopt", adopt_and_note)
+    monkeypatch.setattr(source, "_after_change", full_disk_once_adopted)
+    moved, failed = await source.move_out([1], everything=True)  # queue 0 is being removed
+
+    assert "failed" in adopted  # the write after the destination took them did fail
+    assert (moved, failed) == ([(0, 3, 1, 0)], [])
+    assert ((await source.stats()).ready, (await dest.stats()).ready) == (0, 3)
+    monkeypatch.undo()
+    await source.close()  # the records the failed write left pending go out here
+    await dest.close()
+    reopened = DurableQueue(0, str(tmp_path / "a"))
+    assert (await reopened.stats()).pending == 0
+    await reopened.close()
