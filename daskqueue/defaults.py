@@ -72,6 +72,10 @@ QUEUE_START_TIMEOUT_S: float = 600.0
 #: before it raises ``QueueMovedError`` (the reopen goes on; a later call finds the queue).
 MOVE_WAIT_S: float = 25.0
 CONTROL_CALL_TIMEOUT_S: float = 10.0
+#: How long a queue that handed its state over (``hand_off``) waits for the client to confirm
+#: (``handoff_done``) or call it off (``handoff_abort``) before it serves again on its own:
+#: a client that gave up on a slow hand-off must not leave a queue that refuses every call.
+HANDOFF_CONFIRM_S: float = 30.0
 #: How many times a put is sent in all when its queue moves while it is in flight (each
 #: retry waits for the move; the put's token keeps it from being stored twice).
 PUT_ATTEMPTS: int = 3

@@ -139,6 +139,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         self._init_peers()
         self._init_moving()
         self._init_outbox()
+        self._init_handoff()
 
     def __repr__(self) -> str:
         s = self._core.stats()
@@ -368,6 +369,8 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         """Refuse further calls, wake every waiter, stop the background tasks, wait for paused
         work to finish, then close storage. Idempotent."""
         if self._closed:
+            if self._handed_off:
+                self._make_handoff_final()  # nobody wants it back
             return
         await self._stop_serving()
         self._close_storage()

@@ -403,6 +403,23 @@ class DurableQueue(QueueActorBase):
         finally:
             self._store.close()
 
+    def _reopen_storage(self) -> None:
+        """Open the directory again after a hand-off that did not happen: it holds what this
+        actor's memory does (the hand-off wrote everything). Raises (a :class:`StoreError`) if
+        another actor holds it: the hand-off then stays final."""
+        old = self._store
+        store = SegmentStore(old.dirpath, max_segment_bytes=old.max_segment_bytes, fsync=old.fsync,
+                             fsync_interval_s=old.fsync_interval_s, compact_index_bytes=old.compact_index_bytes,
+                             dir_mode=old.dir_mode)
+        store.take_records()  # recovered already: the state in memory
+        pins: dict[int, int] = {}
+        refs = [seg for seg, _ in self._chunk_live.values()] + [seg for seg, _ in self._func_refs.values()]
+        refs += [seg for seg, _ in self._dead_errors.values()] + [seg for seg in self._result_refs if seg]
+        for seg in refs:
+            pins[seg] = pins.get(seg, 0) + 1
+        store.reset_pins(pins)
+        self._store = store
+
     def _export_handoff(self, now: float) -> dict[str, Any]:
         """Everything is on disk but the live leases: the successor recovers the directory
         and keeps these leased (their holders settle them there)."""

@@ -20,7 +20,10 @@ class TransientQueue(QueueActorBase):
     ``put_batch(blob)``, ``get_batch(max_items, wait_s)``, ``get_batch_nowait(max_items)``,
     ``settle(lease_id, blob)``, ``extend(lease_ids)``, ``record_outcomes(...)``,
     ``get_functions(digests)``, ``fetch_results(cursor)``, ``fetch_dead(cursor)``,
-    ``stats()``, ``hand_off()``, ``close()``; between the queues of one pool, ``set_peers``,
+    ``stats()``, ``close()``; ``hand_off(confirm_s)`` then ``handoff_done()`` or
+    ``handoff_abort()`` (see :mod:`daskqueue.queue.handoff`); ``move_out``, ``adopt``,
+    ``holds_keys``; the dead-letter admin ``dead_letters``, ``replay_dead``, ``purge``; for
+    ``/metrics``, ``metrics_sample()``; between the queues of one pool, ``set_peers``,
     ``work_at`` (a peer has work for others) and, in a fair or capped pool, ``peer_counts``
     and ``set_slots``. Calls after ``close()`` raise
     :class:`QueueClosedError`, after ``hand_off()`` :class:`QueueHandedOffError`.

@@ -3,11 +3,14 @@ actors on the shared cluster, both kinds."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from daskqueue import DurableQueue, TransientQueue
 from daskqueue.errors import QueueHandedOffError
 from daskqueue.serialize import encode_put
+from tests.helpers import wait_until
 from tests.queue.test_contract import ack, get, put
 from tests.segment.helpers import crash
 
@@ -16,11 +19,12 @@ TOKEN = b"0123456789ab"
 
 @pytest.fixture(params=[TransientQueue, DurableQueue], ids=lambda k: k.kind)
 def actor(request, client, tmp_path):
-    """``actor(handoff=None)`` starts a queue actor; a durable one always on the same directory."""
+    """``actor(handoff=None)`` starts a queue actor; a durable one always on the same directory
+    (but one named otherwise)."""
     made = []
 
-    def make(**kwargs):
-        args = (0,) if request.param is TransientQueue else (0, str(tmp_path / "q"))
+    def make(directory: str = "q", **kwargs):
+        args = (0,) if request.param is TransientQueue else (0, str(tmp_path / directory))
         future = client.submit(request.param, *args, actor=True, pure=False, **kwargs)
         made.append(future)
         return future.result()
@@ -99,3 +103,51 @@ def _raw_blob(items):
     offsets, data = pack_payloads(items, max_message_bytes=2**20)
     return encode_put([Group(Kind.RAW, None, None, 0, None, 0.0, len(items), offsets, data)], {})
 
+
+
+# -- two phases: a hand-off is provisional until the client confirms it ------------------------
+
+
+def _serves(q) -> bool:
+    try:
+        q.stats().result()
+        return True
+    except QueueHandedOffError:
+        return False
+
+
+def test_an_aborted_hand_off_serves_again_with_its_messages_and_leases(actor):
+    q = actor()
+    put(q, [1, 2, 3])
+    held, _ = get(q, n=1)  # running on a consumer during the hand-off
+    q.hand_off().result()
+    assert not _serves(q)
+    assert q.handoff_abort().result() is True
+    assert q.handoff_done().result() is False  # too late: the successor's copy is stale
+    assert ack(q, held, 1) == (1, 0, 0, 0)
+    assert [item for _, item, _ in get(q, n=10)[1]] == [2, 3]
+    assert put(q, [4]) == [(3, 1)]  # storage is back too (a durable queue's directory)
+
+
+def test_a_hand_off_neither_confirmed_nor_aborted_serves_again_after_the_bound(actor):
+    confirmed, forgotten = actor(), actor(directory="q2")
+    for q in (confirmed, forgotten):
+        put(q, ["a", "b"])
+        q.hand_off(0.5).result()
+    assert confirmed.handoff_done().result() is True
+    wait_until(lambda: _serves(forgotten), timeout_s=20)
+    assert forgotten.stats().result().ready == 2
+    assert not _serves(confirmed)  # its bound passed as well: done is final
+    assert confirmed.handoff_abort().result() is False
+
+
+async def test_an_abort_that_arrives_while_the_hand_off_runs_takes_effect_when_it_ends():
+    q = TransientQueue(0)  # driven by hand, on this test's event loop
+    await q.put_batch(_raw_blob([1, 2]))
+    running = asyncio.ensure_future(q.hand_off())
+    await asyncio.sleep(0)  # hand_off now waits for the sweeper to stop
+    assert not running.done()
+    assert await q.handoff_abort() is True
+    await asyncio.wait_for(running, 10)
+    assert (await q.stats()).ready == 2
+    await q.close()
