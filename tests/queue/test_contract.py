@@ -10,6 +10,7 @@ import pytest
 from daskqueue import DurableQueue, LeaseExpiredError, QueueClosedError, QueueEmpty, TransientQueue
 from daskqueue.messages import Kind
 from daskqueue.serialize import Group, decode_delivery, encode_put, encode_settle, pack_payloads
+from tests.helpers import wait_until
 
 QUEUE_KINDS = [TransientQueue, DurableQueue]
 
@@ -48,6 +49,13 @@ def get(queue, n=100, wait_s=0.0):
     items = [(s.first_seq + j, pickle.loads(p), s.attempts)
              for s in segments for j, p in enumerate(s.payloads())]
     return lease_id, items
+
+
+def wait_until_waiting(queue, calls):
+    """Until ``calls`` get_batch calls reached the queue: a call counts itself and then, with
+    nothing ready, waits without yielding the loop in between, so the next call the queue
+    answers (this ``stats``) comes after it waits."""
+    wait_until(lambda: queue.stats().result().get_calls >= calls, timeout_s=10)
 
 
 def ack(queue, lease_id, n, errors=None):
@@ -89,7 +97,7 @@ def test_long_poll_returns_as_soon_as_a_put_arrives(make_queue):
     q = make_queue()
     started = time.monotonic()
     waiting = q.get_batch(5, 10.0)
-    time.sleep(0.3)
+    wait_until_waiting(q, calls=1)
     put(q, ["x"])
     blob = waiting.result(timeout=5)
     assert blob is not None and time.monotonic() - started < 3
@@ -126,12 +134,13 @@ def test_late_ack_of_an_expired_lease_is_refused_cleanly(make_queue):
 
 
 def test_extending_a_lease_keeps_it(make_queue):
-    q = make_queue(lease_timeout_s=0.5)
-    put(q, ["a"])
-    lease, _ = get(q)
-    for _ in range(4):
-        time.sleep(0.25)
-        assert q.extend([lease]).result() == []
+    q = make_queue(lease_timeout_s=0.5, retry_backoff_base_s=60.0)
+    put(q, ["a", "b"])
+    lease, _ = get(q, 1)
+    witness, _ = get(q, 1)  # leased at the same time, never extended
+    # Extend until the witness lease expired: the extended one outlived its timeout.
+    wait_until(lambda: q.extend([lease]).result() == [] and q.stats().result().total_expired == 1, timeout_s=10)
+    assert q.extend([lease]).result() == []
     assert ack(q, lease, 1) == (1, 0, 0, 0)
     assert q.extend([lease]).result() == [lease]
 
@@ -160,7 +169,7 @@ def test_delayed_put_is_not_delivered_before_its_time(make_queue):
 def test_close_wakes_waiters_and_refuses_calls(make_queue):
     q = make_queue()
     waiting = q.get_batch(5, 30.0)
-    time.sleep(0.2)
+    wait_until_waiting(q, calls=1)
     q.close().result()
     assert waiting.result(timeout=5) is None
     with pytest.raises(QueueClosedError):
