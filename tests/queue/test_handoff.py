@@ -151,3 +151,26 @@ async def test_an_abort_that_arrives_while_the_hand_off_runs_takes_effect_when_i
     await asyncio.wait_for(running, 10)
     assert (await q.stats()).ready == 2
     await q.close()
+
+
+async def test_a_durable_queue_that_serves_again_writes_to_its_directory_as_before(tmp_path):
+    q = DurableQueue(0, str(tmp_path / "q"))  # driven by hand, on this test's event loop
+    await q.put_batch(_raw_blob([1, 2]))
+    await q.hand_off()
+    assert await q.handoff_abort() is True
+    await q.put_batch(_raw_blob([3]))
+    await q.close()
+    q = DurableQueue(0, str(tmp_path / "q"))
+    assert (await q.stats()).ready == 3
+    await q.close()
+
+
+async def test_a_durable_queue_whose_successor_holds_the_directory_stays_handed_off(tmp_path):
+    q = DurableQueue(0, str(tmp_path / "q"))
+    await q.put_batch(_raw_blob([1]))
+    successor = DurableQueue(0, str(tmp_path / "q"), handoff=await q.hand_off())
+    assert await q.handoff_abort() is False  # its directory is the successor's now
+    with pytest.raises(QueueHandedOffError):
+        await q.stats()
+    assert (await successor.stats()).ready == 1
+    await successor.close()
