@@ -12,7 +12,7 @@ per job, each a mixin of :class:`QueueActorBase`:
 * :mod:`~daskqueue.queue.peers`: announcements and gossip between the pool's queues, their
   state a pure :class:`~daskqueue.queue.peer_state.PeerBoard`;
 * :mod:`~daskqueue.queue.moving`: moving messages to other queues and the fences that follow;
-* :mod:`~daskqueue.queue.handoff`: handing the whole state to a successor;
+* :mod:`~daskqueue.queue.handoff`: handing the whole state to a successor, in two phases;
 * :mod:`~daskqueue.queue.outbox`: results and dead letters for the client, dead-letter admin;
 * :mod:`~daskqueue.queue.gate`: pausing the queue for work off the loop.
 
@@ -45,9 +45,9 @@ from daskqueue.errors import LeaseExpiredError, PayloadTooLargeError, QueueClose
 from daskqueue.queue.core import Chunk, QueueCore, Settlement
 from daskqueue.queue.gate import GateMixin
 from daskqueue.queue.handoff import HandoffMixin
+from daskqueue.queue.leasing import LeasingMixin
 from daskqueue.queue.moving import FENCE_CHECK_S, MovingMixin
 from daskqueue.queue.outbox import OutboxMixin
-from daskqueue.queue.leasing import LeasingMixin
 from daskqueue.queue.payload import ChunkPayload, detach_payload, ran_ranges, ranges_of
 from daskqueue.queue.peer_state import WORK_ANNOUNCE_S
 from daskqueue.queue.peers import PeersMixin
@@ -130,7 +130,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         self._funcs: dict[bytes, bytes] = {}
         self._tokens: dict[bytes, tuple[int, int]] = {}  # put token -> (first seq, count)
         self._closed = False
-        self._handed_off = False  # its state went to a successor actor: it serves no more
+        self._handed_off = False  # its state went to a successor: it serves no more (see handoff)
         self._get_calls = 0
         self._getters = 0  # calls waiting in get_batch: this queue's own idle consumers
         self._ready_event: asyncio.Event | None = None
@@ -370,7 +370,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         work to finish, then close storage. Idempotent."""
         if self._closed:
             if self._handed_off:
-                self._make_handoff_final()  # nobody wants it back
+                await self._make_handoff_final()  # nobody wants it back
             return
         await self._stop_serving()
         self._close_storage()

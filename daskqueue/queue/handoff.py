@@ -86,7 +86,7 @@ class HandoffMixin:
         too late for that: it serves again already (the successor's copy is stale)."""
         if not self._handed_off:
             return False
-        self._make_handoff_final()
+        await self._make_handoff_final()
         return True
 
     async def handoff_abort(self) -> bool:
@@ -100,8 +100,7 @@ class HandoffMixin:
         if self._handoff_wait is None:  # hand_off is still running: it resumes when done
             self._handoff_aborted = True
             return True
-        self._handoff_wait.cancel()
-        self._handoff_wait = None
+        await self._stop_verdict_wait()
         return await self._serve_again("the client called the hand-off off")
 
     async def _wait_for_verdict(self, confirm_s: float) -> None:
@@ -118,14 +117,14 @@ class HandoffMixin:
         final."""
         if released_actor(self):
             logger.info("queue %d: %s, but its worker released it: it stays handed off", self.index, why)
-            self._make_handoff_final()
+            await self._make_handoff_final()
             return False
         try:
             self._reopen_storage()
         except Exception as e:
             logger.warning("queue %d: %s, but its storage cannot be reopened (%s: %s): it stays handed off",
                            self.index, why, type(e).__name__, e)
-            self._make_handoff_final()
+            await self._make_handoff_final()
             return False
         self._handed_off = self._closed = False
         self._start()
@@ -133,11 +132,16 @@ class HandoffMixin:
         logger.warning("queue %d: %s; it serves again", self.index, why)
         return True
 
-    def _make_handoff_final(self) -> None:
+    async def _make_handoff_final(self) -> None:
+        """Never serve again; stop the wait for a verdict (and wait for it to end)."""
         self._handoff_final = True
-        if self._handoff_wait is not None:
-            self._handoff_wait.cancel()
-            self._handoff_wait = None
+        await self._stop_verdict_wait()
+
+    async def _stop_verdict_wait(self) -> None:
+        task, self._handoff_wait = self._handoff_wait, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
 
     def _reopen_storage(self) -> None:
         """Take storage back after a hand-off that did not happen (nothing in memory)."""

@@ -36,10 +36,6 @@ class ChunkPayload:
         """The same payload, whose CHUNK log record is at ``offset`` of log ``segment``."""
         return ChunkPayload(self.offsets, self.data, segment, offset)
 
-    def size_of(self, start: int, stop: int) -> int:
-        """Bytes of messages ``start .. stop`` (exclusive)."""
-        return self.offsets[stop] - self.offsets[start]
-
 
 def detach_payload(chunk: Chunk, i: int) -> ChunkPayload:
     """The payload of message ``i`` of ``chunk`` alone (what its dead letter keeps, so that
