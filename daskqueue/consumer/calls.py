@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from daskqueue import defaults
-from daskqueue.errors import QueueHandedOffError, QueueLostError
+from daskqueue.errors import QueueCallTimeoutError, QueueHandedOffError, QueueLostError
 from daskqueue.queue.handles import worker_handle
 
 __all__ = ["QueueCalls", "bind_local", "worker_address", "REMOTE_CALL_TIMEOUT_S"]
@@ -104,7 +104,7 @@ class QueueCalls:
         """``method(*args)`` of the queue in ``slot``. A remote call is given up (raising
         :class:`QueueLostError`) as soon as its worker is reported lost, or after
         ``deadline_s`` (default ``wait_s + REMOTE_CALL_TIMEOUT_S``), raising
-        ``TimeoutError``; a local call has no deadline (it is on this loop)."""
+        :class:`QueueCallTimeoutError`; a local call has no deadline (it is on this loop)."""
         call, address = self._start(slot, method, args)
         if address is None:
             return await call
@@ -130,7 +130,7 @@ class QueueCalls:
         call.cancel()
         if lost in done:
             raise QueueLostError(slot, address, "unknown")
-        raise TimeoutError(f"queue slot {slot} at {address} did not answer {method} in time")
+        raise QueueCallTimeoutError(slot, address, method, deadline_s)
 
     async def call_moving(self, slot: int, method: str, *args: Any, deadline_s: float | None = None) -> Any:
         """``call``, made again where the queue moved if it handed itself off meanwhile
