@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from daskqueue import defaults
-from daskqueue.consumer.batch import Batch, Outcome
+from daskqueue.consumer.batch import Batch, Outcome, dump_results
 from daskqueue.consumer.counters import Counters
 from daskqueue.consumer.fetching import FetchPolicy
 from daskqueue.consumer.isolate import time_limit_error
@@ -210,12 +210,16 @@ class RunSlots:
         return Outcome(done, errors, fatal, [], blob), run_s
 
     def _on_thread(self, batch: Batch) -> tuple[Outcome, float]:
-        """On a run thread: run ``batch``, known as this thread's to the time-limit watch."""
+        """On a run thread: run ``batch`` (known as this thread's to the time-limit watch),
+        then pickle its results here: they may be large, and pickling them on the event
+        loop would stall the worker's loop, its heartbeats and every actor on it."""
         self._batch_threads[batch.lease_id] = threading.get_ident()
         try:
-            return self._run_on_thread(batch)
+            outcome, run_s = self._run_on_thread(batch)
         finally:
             self._batch_threads.pop(batch.lease_id, None)
+        dump_results(outcome)
+        return outcome, run_s
 
     async def _run_watched(self, batch: Batch, running: asyncio.Future[Any]) -> tuple[Outcome, float]:
         """Await a batch with time limits; if an item ignores its interruption for

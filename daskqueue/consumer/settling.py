@@ -37,7 +37,8 @@ class Settler:
         self._held = held
 
     async def settle(self, batch: Batch, outcome: Outcome, *, early: bool) -> None:
-        """Ack what ran of ``batch`` (all of it, unrun, when ``early``), give the rest back."""
+        """Ack what ran of ``batch`` (all of it, unrun, when ``early``), give the rest back.
+        The results were pickled where the batch ran (``outcome.results_blob``)."""
         results = None if early else dump_results(outcome)
         blob = encode_settle(outcome.done, outcome.errors, outcome.fatal, results, self.index)
         try:

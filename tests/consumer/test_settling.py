@@ -1,0 +1,95 @@
+"""A consumer's runs, settlements and leases, driven in this process without a cluster.
+
+Real ``TransientQueue`` objects, wrapped where a test needs a queue that is slow, that
+fails, or that looks remote (a handle with an ``_address`` is called with a deadline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import threading
+import time
+
+import pytest
+
+from daskqueue.consumer import calls as calls_module
+from daskqueue.consumer.base import ConsumerBase
+from daskqueue.consumer.calls import QueueCalls
+from daskqueue.consumer.counters import Counters
+from daskqueue.consumer.settling import Settler
+from daskqueue.messages import Kind
+from daskqueue.queue.transient import TransientQueue
+from daskqueue.serialize import Group, decode_delivery, decode_settle, encode_put, encode_settle, pack_payloads
+from tests.helpers import wait_until_async
+from tests.segment.helpers import put
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Echo(ConsumerBase):
+    def process_item(self, message):
+        return message.data
+
+
+def consumer(cls, queue, **kw):
+    kw.setdefault("isolation", "thread")
+    kw.setdefault("idle_poll_s", 0.05)
+    return cls(0, [queue], **kw)
+
+
+class Wrapped:
+    """The queue object behind a wrapper whose methods a test overrides."""
+
+    def __init__(self, queue: TransientQueue) -> None:
+        self.queue = queue
+
+    def __getattr__(self, name):
+        return getattr(self.queue, name)
+
+
+async def ready_attempts(q: TransientQueue) -> list[int] | None:
+    """The attempts of the messages ready now (taken and given back), or None if none is."""
+    blob = await q.get_batch(100, 0.0)
+    if blob is None:
+        return None
+    lease_id, _, segments = decode_delivery(blob)
+    await q.settle(lease_id, _released())
+    return [s.attempts for s in segments for _ in range(s.count)]
+
+
+def _released() -> bytes:
+    return encode_settle(0, {}, set(), None)
+
+
+# -- results are pickled off the event loop -------------------------------------------------------
+
+
+class PickledOn:
+    """A result that notes the thread pickling it."""
+
+    threads: list[int] = []
+
+    def __reduce__(self):
+        PickledOn.threads.append(threading.get_ident())
+        return (str, ("pickled",))
+
+
+class ReturnsPickledOn(ConsumerBase):
+    def process_item(self, message):
+        return PickledOn()
+
+
+async def test_results_are_pickled_on_the_run_thread_not_on_the_event_loop():
+    PickledOn.threads.clear()
+    q = TransientQueue(0)
+    await put(q, ["a", "b", "c"])
+    c = consumer(ReturnsPickledOn, q)
+    await c.start()
+    try:
+        await wait_until_async(lambda: c._items_done == 3, timeout_s=20)
+    finally:
+        await c.close()
+        await q.close()
+    assert PickledOn.threads and threading.get_ident() not in PickledOn.threads
+
