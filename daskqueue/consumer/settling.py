@@ -67,19 +67,36 @@ class Settler:
         self._counters.count(outcome.done, len(outcome.errors))
 
     async def extend_forever(self) -> None:
-        """Every third of the lease timeout, extend the leases of the batches still held."""
+        """Every third of the lease timeout, extend the leases of the batches still held.
+
+        Each queue's leases are extended by a call of their own, with a deadline of that
+        period: a slow or silent queue delays only its own leases, never another queue's.
+        A queue whose last call has not ended yet is not called again meanwhile."""
         period = self._lease_timeout_s / 3
-        while True:
-            await asyncio.sleep(period)
-            by_slot: dict[int, list[int]] = {}
-            for slot, lease_id in self._held():
-                by_slot.setdefault(slot, []).append(lease_id)
-            for slot, lease_ids in by_slot.items():
-                try:
-                    lost = await self._calls.call(slot, "extend", lease_ids)
-                except Exception as e:  # one queue's failure must not end the extender
-                    logger.warning("consumer %d: extending leases failed: %s: %s",
-                                   self.index, type(e).__name__, e)
-                    continue
-                if lost:
-                    logger.warning("consumer %d: leases %s had already expired", self.index, lost)
+        calls: dict[int, asyncio.Task[None]] = {}
+        try:
+            while True:
+                await asyncio.sleep(period)
+                for slot, lease_ids in self._held_by_slot().items():
+                    if slot not in calls or calls[slot].done():
+                        calls[slot] = asyncio.get_running_loop().create_task(self._extend(slot, lease_ids, period))
+        finally:  # the calls end with the extender: each logs its own failure
+            for call in calls.values():
+                call.cancel()
+            await asyncio.gather(*calls.values(), return_exceptions=True)
+
+    def _held_by_slot(self) -> dict[int, list[int]]:
+        by_slot: dict[int, list[int]] = {}
+        for slot, lease_id in self._held():
+            by_slot.setdefault(slot, []).append(lease_id)
+        return by_slot
+
+    async def _extend(self, slot: int, lease_ids: list[int], deadline_s: float) -> None:
+        try:
+            lost = await self._calls.call(slot, "extend", lease_ids, deadline_s=deadline_s)
+        except Exception as e:  # one queue's failure must not end the extender
+            logger.warning("consumer %d: extending leases at queue %d failed: %s: %s",
+                           self.index, slot, type(e).__name__, e)
+            return
+        if lost:
+            logger.warning("consumer %d: leases %s had already expired", self.index, lost)

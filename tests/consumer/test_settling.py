@@ -93,3 +93,40 @@ async def test_results_are_pickled_on_the_run_thread_not_on_the_event_loop():
         await q.close()
     assert PickledOn.threads and threading.get_ident() not in PickledOn.threads
 
+
+# -- lease extension ------------------------------------------------------------------------------
+
+
+class NeverAnswers:
+    _address = "tcp://10.255.0.1:1"
+
+    async def extend(self, lease_ids):
+        await asyncio.Event().wait()
+
+
+class CountsExtends:
+    _address = "tcp://10.255.0.2:1"
+
+    def __init__(self) -> None:
+        self.at: list[float] = []
+
+    async def extend(self, lease_ids):
+        self.at.append(time.monotonic())
+        return []
+
+
+async def test_a_queue_that_never_answers_delays_no_other_queues_lease_extension():
+    lease_timeout_s = 0.6
+    stuck, healthy = NeverAnswers(), CountsExtends()
+    queue_calls = QueueCalls({0: stuck, 1: healthy})
+    queue_calls.bind()
+    settler = Settler(0, queue_calls, Counters(), lease_timeout_s=lease_timeout_s, held=lambda: [(0, 7), (1, 8)])
+    extending = asyncio.get_running_loop().create_task(settler.extend_forever())
+    try:
+        await wait_until_async(lambda: len(healthy.at) >= 4, timeout_s=10)
+    finally:
+        extending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await extending
+    gaps = [b - a for a, b in zip(healthy.at, healthy.at[1:])]
+    assert max(gaps) < lease_timeout_s, gaps
