@@ -114,13 +114,13 @@ class ConsumerBase:
         self._calls = QueueCalls({i: q for i, q in enumerate(queues) if q is not None})
         self._sizer = BatchSizer(fixed=batch_size, initial=defaults.INITIAL_BATCH_SIZE,
                                  max_size=max_batch_size, target_batch_s=target_batch_s)
-        self._fetcher = FetchPolicy(index, self._calls, self._sizer, self._counters, home=home % len(queues),
-                                    idle_poll_s=idle_poll_s, reserved_priority=reserved_priority,
-                                    func_bytes=self._func_bytes, stopping=self._stopping)
+        settler = Settler(index, self._calls, self._counters, lease_timeout_s=lease_timeout_s, held=self._held)
+        self._fetcher = FetchPolicy(index, self._calls, self._sizer, self._counters, settler,
+                                    home=home % len(queues), idle_poll_s=idle_poll_s,
+                                    reserved_priority=reserved_priority, func_bytes=self._func_bytes,
+                                    stopping=self._stopping)
         self._slots = RunSlots(
-            index, self._fetcher,
-            Settler(index, self._calls, self._counters, lease_timeout_s=lease_timeout_s, held=self._held),
-            self._sizer, self._counters, self._run_batch_safely, func_bytes=self._func_bytes,
+            index, self._fetcher, settler, self._sizer, self._counters, self._run_batch_safely, func_bytes=self._func_bytes,
             max_concurrency=max_concurrency, prefetch_batches=prefetch_batches, reserved_slots=reserved_slots,
             early_ack=early_ack, orphaned=functools.partial(released_actor, self), close_orphan=self._close_orphan,
         )
@@ -212,6 +212,7 @@ class ConsumerBase:
         if self._slots.process is not None:
             await self._slots.process.set_halt(self._halt_items)
         await self._slots.join()
+        await self._calls.close_late()
         self._calls.unbind()
         logger.debug("consumer %d stopped", self.index)
 

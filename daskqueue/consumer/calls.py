@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from daskqueue import defaults
@@ -27,6 +28,10 @@ logger = logging.getLogger("daskqueue")
 #: abandons it at once when the pool says that worker left (``workers_lost``), and after
 #: this deadline otherwise.
 REMOTE_CALL_TIMEOUT_S = 20.0
+
+#: How long the answer of a call given up at its deadline is still awaited, to give back
+#: what it holds (a fetch's lease): about a lease's life, after which it expired anyway.
+LATE_ANSWER_WAIT_S = defaults.LEASE_TIMEOUT_S
 
 
 def bind_local(handle: Any) -> Any:
@@ -66,6 +71,7 @@ class QueueCalls:
         self._bound = False
         self._dead: set[str] = set()
         self._lost_event: asyncio.Event | None = None
+        self._late: set[asyncio.Task[None]] = set()  # answers awaited after their call gave up
 
     def bind(self) -> bool:
         """Bind queues in this process to their objects (and those set later, until
@@ -100,16 +106,21 @@ class QueueCalls:
             self._lost_event = asyncio.Event()
 
     async def call(self, slot: int, method: str, *args: Any, wait_s: float = 0.0,
-                   deadline_s: float | None = None) -> Any:
+                   deadline_s: float | None = None,
+                   on_late: Callable[[Any], Awaitable[None]] | None = None) -> Any:
         """``method(*args)`` of the queue in ``slot``. A remote call is given up (raising
         :class:`QueueLostError`) as soon as its worker is reported lost, or after
         ``deadline_s`` (default ``wait_s + REMOTE_CALL_TIMEOUT_S``), raising
-        :class:`QueueCallTimeoutError`; a local call has no deadline (it is on this loop)."""
+        :class:`QueueCallTimeoutError`; a local call has no deadline (it is on this loop).
+
+        Giving up does not stop the call at the queue: with ``on_late``, the answer of a
+        call given up at its deadline is still awaited (for ``LATE_ANSWER_WAIT_S`` more,
+        until ``close_late``) and handed to ``on_late`` (a fetch gives its lease back so)."""
         call, address = self._start(slot, method, args)
         if address is None:
             return await call
         return await self._within(call, slot, address, method,
-                                  wait_s + REMOTE_CALL_TIMEOUT_S if deadline_s is None else deadline_s)
+                                  wait_s + REMOTE_CALL_TIMEOUT_S if deadline_s is None else deadline_s, on_late)
 
     def _start(self, slot: int, method: str, args: tuple[Any, ...]) -> tuple[Any, str | None]:
         queue = self.queues[slot]
@@ -118,7 +129,8 @@ class QueueCalls:
             raise QueueLostError(slot, address, "unknown")
         return getattr(queue, method)(*args), address
 
-    async def _within(self, call: Any, slot: int, address: str, method: str, deadline_s: float) -> Any:
+    async def _within(self, call: Any, slot: int, address: str, method: str, deadline_s: float,
+                      on_late: Callable[[Any], Awaitable[None]] | None) -> Any:
         call = asyncio.ensure_future(call)
         lost = asyncio.ensure_future(self._until_lost(address))
         try:
@@ -127,10 +139,29 @@ class QueueCalls:
             lost.cancel()
         if call in done:
             return call.result()
-        call.cancel()
+        if lost in done or on_late is None:
+            call.cancel()
+        else:
+            task = asyncio.get_running_loop().create_task(self._late_answer(call, on_late))
+            self._late.add(task)
+            task.add_done_callback(self._late.discard)
         if lost in done:
             raise QueueLostError(slot, address, "unknown")
         raise QueueCallTimeoutError(slot, address, method, deadline_s)
+
+    @staticmethod
+    async def _late_answer(call: asyncio.Future[Any], on_late: Callable[[Any], Awaitable[None]]) -> None:
+        try:
+            answer = await asyncio.wait_for(call, LATE_ANSWER_WAIT_S)
+        except Exception:  # no answer after all: nothing to hand over
+            return
+        await on_late(answer)
+
+    async def close_late(self) -> None:
+        """Stop awaiting the late answers of calls given up (the consumer stops)."""
+        for task in list(self._late):
+            task.cancel()
+        await asyncio.gather(*self._late, return_exceptions=True)
 
     async def call_moving(self, slot: int, method: str, *args: Any, deadline_s: float | None = None) -> Any:
         """``call``, made again where the queue moved if it handed itself off meanwhile

@@ -10,6 +10,7 @@ by another consumer since) is ignored for a poll interval. Event-loop only.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import Any
 from daskqueue.consumer.batch import Batch
 from daskqueue.consumer.calls import QueueCalls
 from daskqueue.consumer.counters import Counters
+from daskqueue.consumer.settling import Settler
 from daskqueue.consumer.sizer import BatchSizer
 from daskqueue.serialize import decode_delivery
 
@@ -43,16 +45,20 @@ class FetchPolicy:
     (:meth:`fetch_urgent`), asking the queues of ``calls`` in the order the policy says.
 
     ``func_bytes`` (digest -> pickled function) is filled with the functions a fetched batch
-    needs; ``stopping()`` says when to give up a round early.
+    needs; ``stopping()`` says when to give up a round early. A delivery that cannot start
+    (its functions could not be fetched, or it arrived after its fetch gave up) is given
+    back through ``settler``: no attempt counts for messages that never ran.
     """
 
-    def __init__(self, index: int, calls: QueueCalls, sizer: BatchSizer, counters: Counters, *,
+    def __init__(self, index: int, calls: QueueCalls, sizer: BatchSizer, counters: Counters,
+                 settler: Settler, *,
                  home: int, idle_poll_s: float, reserved_priority: int,
                  func_bytes: dict[bytes, bytes], stopping: Callable[[], bool]) -> None:
         self.index = index
         self._calls = calls
         self._sizer = sizer
         self._counters = counters
+        self._settler = settler
         self._idle_poll_s = idle_poll_s
         self._reserved_priority = reserved_priority
         self._func_bytes = func_bytes
@@ -198,7 +204,8 @@ class FetchPolicy:
                 args += (min_priority, sizes)
             if hints:
                 args += (True, ignore or None)
-            blob = await self._calls.call(slot, "get_batch", *args, wait_s=wait_s)
+            blob = await self._calls.call(slot, "get_batch", *args, wait_s=wait_s,
+                                          on_late=functools.partial(self._give_back_late, slot))
         except Exception as e:
             if slot not in self._down_until:
                 logger.warning(
@@ -215,8 +222,20 @@ class FetchPolicy:
         lease_id, queue_index, segments = decode_delivery(blob)
         missing = {s.digest for s in segments if s.digest is not None} - self._func_bytes.keys()
         if missing:
-            self._func_bytes.update(await self._calls.call(slot, "get_functions", list(missing)))
+            try:
+                self._func_bytes.update(await self._calls.call(slot, "get_functions", list(missing)))
+            except Exception:
+                await self._settler.give_back(slot, lease_id)
+                raise
         return Batch(slot, queue_index, lease_id, segments, sum(s.count for s in segments), reserved)
+
+    async def _give_back_late(self, slot: int, answer: Any) -> None:
+        """The answer of a ``get_batch`` given up at its deadline: a lease nobody will run."""
+        if isinstance(answer, bytes):
+            lease_id, _, _ = decode_delivery(answer)
+            logger.info("consumer %d: lease %d from queue %d arrived after its fetch gave up; "
+                        "giving it back", self.index, lease_id, slot)
+            await self._settler.give_back(slot, lease_id)
 
 
 _STOPPED = object()  # a round given up because the consumer stops

@@ -53,6 +53,18 @@ class Settler:
         if not early:
             self._counters.count(outcome.done, len(outcome.errors))
 
+    async def give_back(self, slot: int, lease_id: int) -> None:
+        """Give back a lease whose messages never started (its fetch failed or was given
+        up): they go back to the front of their queue at once, attempts unchanged, as
+        fetched-but-unstarted messages do on ``stop`` (a settlement of which nothing ran).
+        If that fails too, the lease expires at the queue, which counts an attempt."""
+        blob = encode_settle(0, {}, set(), None, self.index)
+        try:
+            await self._calls.call_moving(slot, "settle", lease_id, blob)
+        except Exception as e:
+            logger.warning("consumer %d: giving back lease %d failed (%s: %s); it will expire",
+                           self.index, lease_id, type(e).__name__, e)
+
     async def record(self, batch: Batch, outcome: Outcome) -> None:
         """The outcomes of an early-acked ``batch`` that ran."""
         ranges = []

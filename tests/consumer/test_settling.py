@@ -130,3 +130,91 @@ async def test_a_queue_that_never_answers_delays_no_other_queues_lease_extension
             await extending
     gaps = [b - a for a, b in zip(healthy.at, healthy.at[1:])]
     assert max(gaps) < lease_timeout_s, gaps
+
+
+# -- a fetch that never started its batch gives its lease back, no attempt counted -----------------
+
+
+class AnswersLate(Wrapped):
+    """A queue on another worker whose get_batch answers after the caller's deadline. As
+    with a real remote call, the caller giving up does not stop the call at the queue."""
+
+    _address = "tcp://10.255.0.3:1"
+
+    def __init__(self, queue: TransientQueue, delay_s: float) -> None:
+        super().__init__(queue)
+        self.delay_s = delay_s
+        self.remote_calls: list[asyncio.Task] = []
+
+    async def get_batch(self, *args):
+        call = asyncio.get_running_loop().create_task(self._at_the_queue(args))
+        self.remote_calls.append(call)
+        return await asyncio.shield(call)
+
+    async def _at_the_queue(self, args):
+        await asyncio.sleep(self.delay_s)
+        return await self.queue.get_batch(*args)
+
+
+async def test_a_lease_that_arrives_after_the_fetch_gave_up_is_given_back_without_an_attempt(monkeypatch):
+    monkeypatch.setattr(calls_module, "REMOTE_CALL_TIMEOUT_S", 0.1)
+    q = TransientQueue(0, lease_timeout_s=60.0)
+    await put(q, ["late"])
+    late = AnswersLate(q, delay_s=0.5)
+    c = consumer(Echo, late)
+    await c.start()
+    seen: list[list[int] | None] = []
+
+    async def ready_again() -> bool:
+        seen.append(await ready_attempts(q))
+        return seen[-1] is not None
+
+    try:
+        # The fetch gave up after 0.1 s; the queue leased the message at 0.5 s, and only a
+        # give-back (not the 60 s lease expiry) makes it ready again.
+        await wait_until_async(lambda: late.remote_calls and all(t.done() for t in late.remote_calls),
+                               timeout_s=10)
+        await wait_until_async(ready_again, timeout_s=10)
+    finally:
+        await c.close()
+        await asyncio.gather(*late.remote_calls)
+    assert seen[-1] == [0] and c._items_done == 0
+    await q.close()
+
+
+class FunctionsFail(Wrapped):
+    """A queue whose get_functions fails: a fetched batch of tasks cannot start."""
+
+    def __init__(self, queue: TransientQueue) -> None:
+        super().__init__(queue)
+        self.settled: list[tuple[int, dict]] = []
+
+    async def get_functions(self, digests):
+        raise OSError("functions unavailable")
+
+    async def settle(self, lease_id, blob):
+        done, errors, *_ = decode_settle(blob)
+        self.settled.append((done, errors))
+        return await self.queue.settle(lease_id, blob)
+
+
+def task_blob(n: int) -> bytes:
+    digest = b"f" * 32
+    offsets, data = pack_payloads([(i,) for i in range(n)], max_message_bytes=2**20)
+    return encode_put([Group(Kind.CALL, digest, None, 0, None, 0.0, n, offsets, data)],
+                      {digest: pickle.dumps(abs)})
+
+
+async def test_a_batch_whose_functions_cannot_be_fetched_is_given_back_without_an_attempt():
+    q = TransientQueue(0, lease_timeout_s=60.0)
+    await q.put_batch(task_blob(3))
+    wrapped = FunctionsFail(q)
+    c = consumer(Echo, wrapped)
+    await c.start()
+    try:
+        await wait_until_async(lambda: wrapped.settled, timeout_s=10)
+    finally:
+        await c.close()
+    assert wrapped.settled[0] == (0, {})  # nothing ran, nothing failed
+    assert await ready_attempts(q) == [0, 0, 0]
+    await q.close()
