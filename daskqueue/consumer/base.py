@@ -30,7 +30,7 @@ from daskqueue.consumer.counters import DURATION_BUCKETS_S, ConsumerStats, Count
 from daskqueue.consumer.fetching import FetchPolicy
 from daskqueue.consumer.isolate import ProcessRunner
 from daskqueue.consumer.limits import run_limited
-from daskqueue.consumer.running import RunSlots
+from daskqueue.consumer.running import RunSlots, SlotConfig
 from daskqueue.consumer.settling import Settler
 from daskqueue.consumer.sizer import BatchSizer
 from daskqueue.messages import Kind, Message, Task, error_from_exception, make_id
@@ -120,9 +120,10 @@ class ConsumerBase:
                                     reserved_priority=reserved_priority, func_bytes=self._func_bytes,
                                     stopping=self._stopping)
         self._slots = RunSlots(
-            index, self._fetcher, settler, self._sizer, self._counters, self._run_batch_safely, func_bytes=self._func_bytes,
-            max_concurrency=max_concurrency, prefetch_batches=prefetch_batches, reserved_slots=reserved_slots,
-            early_ack=early_ack, orphaned=functools.partial(released_actor, self), close_orphan=self._close_orphan,
+            index, SlotConfig(max_concurrency, prefetch_batches, reserved_slots, early_ack), self._fetcher,
+            settler, self._sizer, self._counters, run_on_thread=self._run_batch_safely,
+            func_bytes=self._func_bytes, orphaned=functools.partial(released_actor, self),
+            close_orphan=self._close_orphan,
         )
 
     def __repr__(self) -> str:
@@ -239,22 +240,9 @@ class ConsumerBase:
         self._orphan_close = asyncio.get_running_loop().create_task(self.close())
 
     async def stats(self) -> ConsumerStats:
-        c = self._counters
-        return ConsumerStats(
-            index=self.index,
-            running=self._loop_task is not None,
-            batches=c.batches,
-            items_done=c.items_done,
-            items_failed=c.items_failed,
-            inflight_items=sum(b.count for b in self._slots.inflight.values()),
-            batch_size=self._sizer.size,
-            refused_settlements=c.refused,
-            fetch_calls=c.fetch_calls,
-            busy_slots=c.running_batches,
-            duration_buckets=tuple(c.duration_buckets),
-            duration_count=c.duration_count,
-            duration_sum_s=c.duration_sum_s,
-        )
+        inflight = sum(b.count for b in self._slots.inflight.values())
+        return self._counters.snapshot(self.index, running=self._loop_task is not None,
+                                       inflight_items=inflight, batch_size=self._sizer.size)
 
     # -- the pool's messages (actor methods) ----------------------------------------------------
 
@@ -285,7 +273,7 @@ class ConsumerBase:
     _loop_task = property(lambda self: self._slots.loop_task)
     _home = property(lambda self: self._fetcher.home)
     _queues = property(lambda self: self._calls.queues)
-    _running_batches = _counter("running_batches")
+    _running_batches = _counter("busy_slots")
     _items_done = _counter("items_done")
     _items_failed = _counter("items_failed")
     _batches = _counter("batches")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 __all__ = ["ConsumerStats", "Counters", "DURATION_BUCKETS_S"]
 
@@ -34,14 +34,17 @@ class ConsumerStats:
 
 @dataclass(slots=True)
 class Counters:
-    """What one consumer did so far. Event-loop only: the run threads never touch it."""
+    """What one consumer did so far, under the names of :class:`ConsumerStats`. Event-loop
+    only: the run threads never touch it."""
 
     batches: int = 0
     items_done: int = 0
     items_failed: int = 0
-    refused: int = 0  # settlements a queue refused: the lease had expired
+    refused_settlements: int = 0  # a queue refused them: the lease had expired
     fetch_calls: int = 0
-    running_batches: int = 0  # handed to a runner (a thread pool or the child process)
+    #: Batches handed to a runner (a thread pool or the child process), counting one fetched
+    #: ahead while it waits for a thread.
+    busy_slots: int = 0
     duration_buckets: list[int] = field(default_factory=lambda: [0] * len(DURATION_BUCKETS_S))
     duration_count: int = 0
     duration_sum_s: float = 0.0
@@ -56,6 +59,13 @@ class Counters:
                 self.duration_buckets[i] += done
         self.duration_count += done
         self.duration_sum_s += run_s
+
+    def snapshot(self, index: int, *, running: bool, inflight_items: int, batch_size: int) -> ConsumerStats:
+        """These counters with the consumer's state, as the consumer's ``stats()``."""
+        counts = {f.name: getattr(self, f.name) for f in fields(self)}
+        counts["duration_buckets"] = tuple(self.duration_buckets)
+        return ConsumerStats(index=index, running=running, inflight_items=inflight_items,
+                             batch_size=batch_size, **counts)
 
     def count(self, done: int, failed: int) -> None:
         """A settled batch: ``done`` messages ran, ``failed`` of them failed."""

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from daskqueue import defaults
@@ -28,11 +29,21 @@ from daskqueue.consumer.settling import Settler
 from daskqueue.consumer.sizer import BatchSizer
 from daskqueue.queue.handles import ORPHAN_CHECK_S
 
-__all__ = ["RunSlots"]
+__all__ = ["RunSlots", "SlotConfig"]
 
 logger = logging.getLogger("daskqueue")
 
 RunOnThread = Callable[[Batch], "tuple[Outcome, float]"]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotConfig:
+    """How many batches a consumer runs and holds at once, and when it acks them."""
+
+    max_concurrency: int  # general run slots, one thread each
+    prefetch_batches: int  # batches fetched ahead of a free general slot
+    reserved_slots: int  # slots (and threads) for urgent work only
+    early_ack: bool  # ack a batch before it runs (at-most-once)
 
 
 class RunSlots:
@@ -44,22 +55,18 @@ class RunSlots:
     batches run in a child process (set by the consumer), else None.
     """
 
-    def __init__(self, index: int, fetcher: FetchPolicy, settler: Settler, sizer: BatchSizer,
-                 counters: Counters, run_on_thread: RunOnThread, *, func_bytes: dict[bytes, bytes],
-                 max_concurrency: int,
-                 prefetch_batches: int, reserved_slots: int, early_ack: bool,
-                 orphaned: Callable[[], bool], close_orphan: Callable[[], None]) -> None:
+    def __init__(self, index: int, config: SlotConfig, fetcher: FetchPolicy, settler: Settler,
+                 sizer: BatchSizer, counters: Counters, *, run_on_thread: RunOnThread,
+                 func_bytes: dict[bytes, bytes], orphaned: Callable[[], bool],
+                 close_orphan: Callable[[], None]) -> None:
         self.index = index
+        self.config = config
         self._fetcher = fetcher
         self._settler = settler
         self._sizer = sizer
         self._counters = counters
         self._run_on_thread = run_on_thread
         self._func_bytes = func_bytes  # digest -> pickled function, for the child process
-        self._max_concurrency = max_concurrency
-        self._prefetch = prefetch_batches
-        self._reserved_slots = reserved_slots
-        self._early_ack = early_ack
         self._orphaned = orphaned
         self._close_orphan = close_orphan
         self.process: Any = None
@@ -83,22 +90,22 @@ class RunSlots:
         self.stop_requested = False
         if self._executor is None:
             self._executor = self._new_executor(reserved=False)
-        if self._reserved_executor is None and self._reserved_slots:
+        if self._reserved_executor is None and self.config.reserved_slots:
             # Threads of their own: a batch fetched ahead waits for a general thread and can
             # never take a reserved one.
             self._reserved_executor = self._new_executor(reserved=True)
         loop = asyncio.get_running_loop()
         self.loop_task = loop.create_task(self._fetch_loop())
-        if self._reserved_slots:
+        if self.config.reserved_slots:
             self._reserved_task = loop.create_task(self._fetch_loop(reserved=True))
-        if not self._early_ack:
+        if not self.config.early_ack:
             self._extender = loop.create_task(self._settler.extend_forever())
 
     def _new_executor(self, *, reserved: bool) -> ThreadPoolExecutor:
         if reserved:
-            return ThreadPoolExecutor(self._reserved_slots,
+            return ThreadPoolExecutor(self.config.reserved_slots,
                                       thread_name_prefix=f"daskqueue-consumer-{self.index}-reserved")
-        return ThreadPoolExecutor(self._max_concurrency, thread_name_prefix=f"daskqueue-consumer-{self.index}")
+        return ThreadPoolExecutor(self.config.max_concurrency, thread_name_prefix=f"daskqueue-consumer-{self.index}")
 
     async def join(self) -> None:
         """After ``stop_requested`` is set: await the fetch loops, then every settlement,
@@ -133,7 +140,8 @@ class RunSlots:
         """Fetch and start batches while there is a free slot: the general slots (and the
         prefetch), or with ``reserved`` the reserved slots (urgent work, one message per
         batch). The general loop also closes an orphaned consumer."""
-        slots = asyncio.Semaphore(self._reserved_slots if reserved else self._max_concurrency + self._prefetch)
+        c = self.config
+        slots = asyncio.Semaphore(c.reserved_slots if reserved else c.max_concurrency + c.prefetch_batches)
         fetch = self._fetcher.fetch_urgent if reserved else self._fetcher.fetch
         loop = asyncio.get_running_loop()
         checked_at = time.monotonic()
@@ -161,24 +169,24 @@ class RunSlots:
 
     async def _run_and_settle(self, batch: Batch, slots: asyncio.Semaphore) -> None:
         try:
-            if self._early_ack:
+            if self.config.early_ack:
                 await self._settler.settle(batch, Outcome(batch.count, {}, set(), []), early=True)
-            self._counters.running_batches += 1
+            self._counters.busy_slots += 1
             try:
                 outcome, run_s = await self._run(batch)
             finally:
-                self._counters.running_batches -= 1
+                self._counters.busy_slots -= 1
             self._counters.observe(outcome.done, run_s)
             if not batch.reserved:
                 self._sizer.observe(outcome.done, run_s, (s.type for s in batch.segments))
-            if self._early_ack:
+            if self.config.early_ack:
                 await self._settler.record(batch, outcome)
             else:
                 await self._settler.settle(batch, outcome, early=False)
         except _Abandoned:
             # Late ack: not settled, its lease expires and the queue redelivers it (an
             # attempt). Early ack: acked already, so its items fail here, with no result.
-            if self._early_ack:
+            if self.config.early_ack:
                 await self._record_abandoned(batch)
         except Exception:
             logger.exception(

@@ -44,7 +44,7 @@ class Settler:
         try:
             await self._calls.call_moving(batch.queue_slot, "settle", batch.lease_id, blob)
         except LeaseExpiredError:
-            self._counters.refused += 1
+            self._counters.refused_settlements += 1
             logger.warning(
                 "consumer %d: lease %d expired before it was settled; the queue redelivered "
                 "its %d messages and refused this outcome", self.index, batch.lease_id, batch.count,

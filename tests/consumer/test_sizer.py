@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from daskqueue.consumer.sizer import MAX_GROWTH, BatchSizer
 
 
@@ -23,16 +25,18 @@ def test_a_fixed_size_never_changes():
     assert s.size == 7 and s.sizes_by_type() is None
 
 
-def test_slow_items_shrink_the_batch_to_the_target_duration():
+@pytest.mark.parametrize(
+    "done, elapsed_s, size",
+    [
+        (10, 5.0, 2),  # 0.5 s per item: two fit in the 1 s target
+        (10, 100.0, 1),  # items slower than the target: batches of one
+        (0, 10.0, 10),  # a batch that ran nothing teaches nothing
+    ],
+)
+def test_one_batch_sizes_the_next_to_the_target_duration(done, elapsed_s, size):
     s = sizer()
-    s.observe(10, 5.0)  # 0.5 s per item: two fit in the 1 s target
-    assert s.size == 2
-
-
-def test_items_slower_than_the_target_give_batches_of_one():
-    s = sizer()
-    s.observe(10, 100.0)
-    assert s.size == 1
+    s.observe(done, elapsed_s)
+    assert s.size == size
 
 
 def test_fast_items_grow_the_batch_at_most_fourfold_per_batch():
@@ -55,12 +59,6 @@ def test_the_time_per_item_is_a_running_mean():
     s.observe(10, 1.0)  # 0.1 s per item
     s.observe(10, 3.0)  # 0.3 s: mean 0.2 s, so 5 fit in 1 s
     assert s.size == 5
-
-
-def test_a_batch_that_ran_nothing_teaches_nothing():
-    s = sizer()
-    s.observe(0, 10.0)
-    assert s.size == 10
 
 
 def test_idle_forgets_what_was_learned():
