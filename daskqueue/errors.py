@@ -8,7 +8,7 @@ One root, :class:`DaskQueueError`, then groups by who caused the error:
   :class:`LeaseExpiredError`);
 * the queue's worker is gone (:class:`QueueLostError`), or the whole cluster with its
   scheduler (:class:`SchedulerLostError`); no consumer runs the work (:class:`NoConsumersError`);
-* waiting ran out (:class:`JoinTimeoutError`);
+* waiting ran out (:class:`JoinTimeoutError`, :class:`QueueCallTimeoutError`);
 * the durable store's files or disk refuse (:class:`StoreError` and its leaves);
 * user code failed on a worker (:class:`RemoteTaskError`), or killed the process running it
   (:class:`KilledWorkerError`, as the ``exc_type`` of a ``RemoteTaskError``).
@@ -35,6 +35,7 @@ __all__ = [
     "LeaseExpiredError",
     "TimeLimitExceeded",
     "JoinTimeoutError",
+    "QueueCallTimeoutError",
     "RemoteTaskError",
     "StoreError",
     "StoreLockedError",
@@ -234,6 +235,21 @@ class JoinTimeoutError(DaskQueueError, TimeoutError):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (JoinTimeoutError, (self.timeout_s, self.counts))
+
+
+class QueueCallTimeoutError(DaskQueueError, TimeoutError):
+    """A queue on another worker did not answer a consumer's call within its deadline (its
+    worker may be stalled or gone); the call's outcome is unknown."""
+
+    def __init__(self, queue_index: int, address: str, method: str, deadline_s: float) -> None:
+        super().__init__(f"queue {queue_index} at {address} did not answer {method} within {deadline_s:g} s")
+        self.queue_index = queue_index
+        self.address = address
+        self.method = method
+        self.deadline_s = deadline_s
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (QueueCallTimeoutError, (self.queue_index, self.address, self.method, self.deadline_s))
 
 
 # -- user code ------------------------------------------------------------------------------------

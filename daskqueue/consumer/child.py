@@ -29,6 +29,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
+from daskqueue.consumer.batch import dump_results
+from daskqueue.messages import error_from_exception
+
 FRAME = struct.Struct("<Q")
 
 
@@ -88,14 +91,10 @@ class _Child:
             self.out.flush()
 
     def run(self, request_id: int, batch: Any, report_starts: bool, skip: dict[int, bytes]) -> None:
-        from daskqueue.consumer.base import _dump_results
-
-        from daskqueue.messages import error_from_exception
-
         on_start = (lambda pos: self.send(("started", request_id, pos))) if report_starts else None
         try:
             outcome, run_s = self.consumer._run_batch_safely(batch, on_start=on_start, skip=skip)
-            blob = _dump_results(outcome)
+            blob = dump_results(outcome)
         except BaseException as e:  # never leave the parent waiting: every item failed
             error = error_from_exception(e)
             done, blob, run_s = batch.count, pickle.dumps([None] * batch.count), 0.0
@@ -118,8 +117,6 @@ def main() -> None:
         cls, args, kwargs = pickle.loads(init[1])
         consumer = cls(*args, **kwargs)
     except BaseException as e:
-        from daskqueue.messages import error_from_exception
-
         out.write(encode_frame(("init-failed", error_from_exception(e))))
         out.flush()
         return

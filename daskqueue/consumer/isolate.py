@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import pickle
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from typing import Any
 
 from daskqueue.consumer.child import FRAME, encode_frame
 from daskqueue.defaults import TIME_LIMIT_GRACE_S
-from daskqueue.messages import killed_error
+from daskqueue.messages import decode_error, encode_error, killed_error
 
 __all__ = ["ProcessRunner", "ChildDied", "child_killed_error"]
 
@@ -131,8 +132,6 @@ class ProcessRunner:
 
     @staticmethod
     def _init_failure(reply: Any, returncode: int | None) -> str:
-        from daskqueue.messages import decode_error
-
         if reply is not None and reply[0] == "init-failed":
             exc_type, message, _ = decode_error(reply[1])
             return f"the consumer cannot be built in a child process: {exc_type}: {message}"
@@ -172,8 +171,6 @@ class ProcessRunner:
 
     @staticmethod
     async def _receive(child: _Child) -> Any:
-        import pickle
-
         stdout = child.proc.stdout
         assert stdout is not None
         try:
@@ -247,8 +244,6 @@ class ProcessRunner:
                 logger.warning("consumer %d: the item at position %d of lease %d killed its "
                                "process; failing it", self.index, killer, batch.lease_id)
                 skip[killer] = child_killed_error(e.returncode)
-        import pickle
-
         return batch.count, skip, set(), pickle.dumps([None] * batch.count), 0.0
 
     async def _run_once(self, batch: Any, funcs: dict[bytes, bytes], *,
@@ -303,8 +298,6 @@ def _allowance(batch: Any, skip: dict[int, bytes]) -> float | None:
 
 def time_limit_error(batch: Any, position: int) -> bytes:
     """The error of an item that ran past its time limit and could not be interrupted."""
-    from daskqueue.messages import encode_error
-
     limit = 0.0
     pos = 0
     for seg in batch.segments:

@@ -1,0 +1,62 @@
+"""What a consumer fetches and what running it gives: :class:`Batch` and :class:`Outcome`.
+
+A neutral module: the consumer actor (``daskqueue.consumer.base``) and its child process
+(``daskqueue.consumer.child``) both use it, and it imports neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from daskqueue.messages import error_from_exception
+from daskqueue.serialize import Segment, dumps
+
+__all__ = ["Batch", "Outcome", "dump_results"]
+
+
+@dataclass(slots=True, eq=False)
+class Batch:
+    """A fetched delivery: the lease, the queue it came from, and its segments."""
+
+    queue_slot: int  # the index of the queue it was leased from
+    queue_index: int
+    lease_id: int
+    segments: list[Segment]
+    count: int
+    reserved: bool = False  # fetched by a reserved slot (urgent work): not a batch-size sample
+
+
+@dataclass(slots=True, eq=False)
+class Outcome:
+    """What running a batch gave: ``done`` messages ran; failures by position; results
+    (as values, or already pickled in ``results_blob`` when a child process ran them)."""
+
+    done: int
+    errors: dict[int, bytes]
+    fatal: set[int]
+    results: list[Any]
+    results_blob: bytes | None = None
+
+
+def dump_results(outcome: Outcome) -> bytes:
+    """Pickle the results (once: the blob is kept in ``outcome.results_blob``); one that
+    cannot be pickled becomes that message's error, fatal (pickling it again fails again).
+
+    Runs user code (``__reduce__``) and may take long for large results: call it on the
+    thread that ran the batch, never on the event loop."""
+    if outcome.results_blob is not None:
+        return outcome.results_blob
+    try:
+        blob = dumps(outcome.results)
+    except Exception:
+        for pos, value in enumerate(outcome.results):
+            try:
+                dumps(value)
+            except Exception as e:
+                outcome.errors[pos] = error_from_exception(e)
+                outcome.fatal.add(pos)
+                outcome.results[pos] = None
+        blob = dumps(outcome.results)
+    outcome.results_blob = blob
+    return blob

@@ -1,0 +1,167 @@
+"""A consumer's calls to its queues: local ones awaited directly, remote ones with a deadline.
+
+A queue actor on the consumer's own worker is called directly, as a coroutine on the same
+event loop, instead of through Dask's actor RPC (which would serialize the call and send it
+through a socket to the process it is already in). A call to a queue on another worker is
+given up as soon as the pool reports that worker lost, and after its deadline otherwise.
+Event-loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from daskqueue import defaults
+from daskqueue.errors import QueueCallTimeoutError, QueueHandedOffError, QueueLostError
+from daskqueue.queue.handles import bind_local, worker_handle
+
+__all__ = ["QueueCalls", "worker_address", "REMOTE_CALL_TIMEOUT_S"]
+
+logger = logging.getLogger("daskqueue")
+
+#: The deadline of a call to a queue on another worker, beyond the call's own wait. A call
+#: to a queue whose worker died can stay unanswered for good inside Dask; the consumer
+#: abandons it at once when the pool says that worker left (``workers_lost``), and after
+#: this deadline otherwise.
+REMOTE_CALL_TIMEOUT_S = 20.0
+
+#: How long the answer of a call given up at its deadline is still awaited, to give back
+#: what it holds (a fetch's lease): about a lease's life, after which it expired anyway.
+LATE_ANSWER_WAIT_S = defaults.LEASE_TIMEOUT_S
+
+
+def worker_address() -> str | None:
+    """The address of the worker this runs on (None off a worker)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return None
+
+
+class QueueCalls:
+    """The consumer's queues by index (a pool's queues may come and go), and calls to them.
+
+    ``bind()`` (at start) swaps handles of queues in this process for the queue objects;
+    ``workers_lost`` gives up calls in flight to those workers' queues at once.
+    """
+
+    def __init__(self, refs: dict[int, Any]) -> None:
+        self.queues: dict[int, Any] = {i: worker_handle(r) for i, r in refs.items()}
+        self._bound = False
+        self._dead: set[str] = set()
+        self._lost_event: asyncio.Event | None = None
+        self._late: set[asyncio.Task[None]] = set()  # answers awaited after their call gave up
+
+    def bind(self) -> bool:
+        """Bind queues in this process to their objects (and those set later, until
+        ``unbind``); return whether any queue lives in this process."""
+        handles = self.queues
+        self.queues = {i: bind_local(q) for i, q in handles.items()}
+        self._bound = True
+        self._lost_event = asyncio.Event()
+        return any(self.queues[i] is not h for i, h in handles.items())
+
+    def unbind(self) -> None:
+        """Stopped: queues set from now on keep their handles (the consumer may move)."""
+        self._bound = False
+
+    def replace(self, refs: dict[int, Any]) -> None:
+        """The queues are now ``refs`` (queue index -> handle or ref)."""
+        queues = {i: worker_handle(r) for i, r in refs.items()}
+        self.queues = {i: bind_local(h) for i, h in queues.items()} if self._bound else queues
+
+    def move(self, slot: int, ref: Any) -> None:
+        """Queue ``slot`` moved to ``ref`` (reopened or handed off elsewhere)."""
+        handle = worker_handle(ref)
+        self.queues[slot] = bind_local(handle) if self._bound else handle
+        # A worker restarted on a fixed port comes back under the address it died with.
+        self._dead.discard(getattr(handle, "_address", None))  # type: ignore[arg-type]
+
+    def workers_lost(self, addresses: list[str]) -> None:
+        """Give up calls in flight to queues on ``addresses``, and fail later ones at once."""
+        self._dead.update(addresses)
+        if self._lost_event is not None:
+            self._lost_event.set()
+            self._lost_event = asyncio.Event()
+
+    async def call(self, slot: int, method: str, *args: Any, wait_s: float = 0.0,
+                   deadline_s: float | None = None,
+                   on_late: Callable[[Any], Awaitable[None]] | None = None) -> Any:
+        """``method(*args)`` of the queue in ``slot``. A remote call is given up (raising
+        :class:`QueueLostError`) as soon as its worker is reported lost, or after
+        ``deadline_s`` (default ``wait_s + REMOTE_CALL_TIMEOUT_S``), raising
+        :class:`QueueCallTimeoutError`; a local call has no deadline (it is on this loop).
+
+        Giving up does not stop the call at the queue: with ``on_late``, the answer of a
+        call given up at its deadline is still awaited (for ``LATE_ANSWER_WAIT_S`` more,
+        until ``close_late``) and handed to ``on_late`` (a fetch gives its lease back so)."""
+        call, address = self._start(slot, method, args)
+        if address is None:
+            return await call
+        return await self._within(call, slot, address, method,
+                                  wait_s + REMOTE_CALL_TIMEOUT_S if deadline_s is None else deadline_s, on_late)
+
+    def _start(self, slot: int, method: str, args: tuple[Any, ...]) -> tuple[Any, str | None]:
+        queue = self.queues[slot]
+        address = getattr(queue, "_address", None)
+        if address is not None and address in self._dead:
+            raise QueueLostError(slot, address, "unknown")
+        return getattr(queue, method)(*args), address
+
+    async def _within(self, call: Any, slot: int, address: str, method: str, deadline_s: float,
+                      on_late: Callable[[Any], Awaitable[None]] | None) -> Any:
+        call = asyncio.ensure_future(call)
+        lost = asyncio.ensure_future(self._until_lost(address))
+        try:
+            done, _ = await asyncio.wait({call, lost}, timeout=deadline_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+        if call in done:
+            return call.result()
+        if lost in done or on_late is None:
+            call.cancel()
+        else:
+            task = asyncio.get_running_loop().create_task(self._late_answer(call, on_late))
+            self._late.add(task)
+            task.add_done_callback(self._late.discard)
+        if lost in done:
+            raise QueueLostError(slot, address, "unknown")
+        raise QueueCallTimeoutError(slot, address, method, deadline_s)
+
+    @staticmethod
+    async def _late_answer(call: asyncio.Future[Any], on_late: Callable[[Any], Awaitable[None]]) -> None:
+        try:
+            answer = await asyncio.wait_for(call, LATE_ANSWER_WAIT_S)
+        except Exception:  # no answer after all: nothing to hand over
+            return
+        await on_late(answer)
+
+    async def close_late(self) -> None:
+        """Stop awaiting the late answers of calls given up (the consumer stops)."""
+        for task in list(self._late):
+            task.cancel()
+        await asyncio.gather(*self._late, return_exceptions=True)
+
+    async def call_moving(self, slot: int, method: str, *args: Any, deadline_s: float | None = None) -> Any:
+        """``call``, made again where the queue moved if it handed itself off meanwhile
+        (its worker retires): the lease went with it, so the settlement still counts."""
+        for _ in range(2):
+            queue = self.queues[slot]
+            try:
+                return await self.call(slot, method, *args, deadline_s=deadline_s)
+            except QueueHandedOffError:
+                deadline = time.monotonic() + defaults.MOVE_WAIT_S
+                while self.queues[slot] is queue and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)  # until the pool says where it moved (move)
+        return await self.call(slot, method, *args, deadline_s=deadline_s)
+
+    async def _until_lost(self, address: str) -> None:
+        while address not in self._dead:
+            assert self._lost_event is not None
+            await self._lost_event.wait()

@@ -1,0 +1,258 @@
+"""Running a consumer's batches: the fetch loops, the run slots, and the thread pools.
+
+Backpressure: at most ``max_concurrency + prefetch_batches`` fetched batches exist at once;
+a fetch loop fetches the next only when one of those slots frees up. Reserved slots have a
+fetch loop, a semaphore and threads of their own. A batch runs on the consumer's own thread
+pool (or in its child process, see ``daskqueue.consumer.isolate``) and is settled when it
+ends; a batch whose item ignores its time limit is left to its thread. The fetch loops are
+on the event loop and never run user code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from daskqueue import defaults
+from daskqueue.consumer.batch import Batch, Outcome, dump_results
+from daskqueue.consumer.counters import Counters
+from daskqueue.consumer.fetching import FetchPolicy
+from daskqueue.consumer.isolate import time_limit_error
+from daskqueue.consumer.limits import watchdog
+from daskqueue.consumer.settling import Settler
+from daskqueue.consumer.sizer import BatchSizer
+from daskqueue.queue.handles import ORPHAN_CHECK_S
+
+__all__ = ["RunSlots", "SlotConfig"]
+
+logger = logging.getLogger("daskqueue")
+
+RunOnThread = Callable[[Batch], "tuple[Outcome, float]"]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotConfig:
+    """How many batches a consumer runs and holds at once, and when it acks them."""
+
+    max_concurrency: int  # general run slots, one thread each
+    prefetch_batches: int  # batches fetched ahead of a free general slot
+    reserved_slots: int  # slots (and threads) for urgent work only
+    early_ack: bool  # ack a batch before it runs (at-most-once)
+
+
+class RunSlots:
+    """Fetches batches while a slot is free, runs each, settles it. Event-loop only, except
+    the function each batch runs (``run_on_thread``, on a run thread).
+
+    ``orphaned()`` is asked every ``ORPHAN_CHECK_S``; when it says so, ``close_orphan()`` is
+    called and the general fetch loop ends. ``process`` is the child-process runner while
+    batches run in a child process (set by the consumer), else None.
+    """
+
+    def __init__(self, index: int, config: SlotConfig, fetcher: FetchPolicy, settler: Settler,
+                 sizer: BatchSizer, counters: Counters, *, run_on_thread: RunOnThread,
+                 func_bytes: dict[bytes, bytes], orphaned: Callable[[], bool],
+                 close_orphan: Callable[[], None]) -> None:
+        self.index = index
+        self.config = config
+        self._fetcher = fetcher
+        self._settler = settler
+        self._sizer = sizer
+        self._counters = counters
+        self._run_on_thread = run_on_thread
+        self._func_bytes = func_bytes  # digest -> pickled function, for the child process
+        self._orphaned = orphaned
+        self._close_orphan = close_orphan
+        self.process: Any = None
+        self.inflight: dict[tuple[int, int], Batch] = {}  # (slot, lease_id) -> batch
+        self.abandoned = 0  # batches left to a thread that ignored its time limit
+        self.stop_requested = False  # stops the fetch loops
+        self.loop_task: asyncio.Task[None] | None = None
+        self._reserved_task: asyncio.Task[None] | None = None
+        self._extender: asyncio.Task[None] | None = None
+        self._finishing: set[asyncio.Task[None]] = set()
+        self._executor: ThreadPoolExecutor | None = None
+        self._reserved_executor: ThreadPoolExecutor | None = None
+        self._batch_threads: dict[int, int] = {}  # lease id -> the thread running it
+
+    def held(self) -> list[tuple[int, int]]:
+        """The ``(slot, lease_id)`` of every batch fetched and not settled yet."""
+        return list(self.inflight)
+
+    def start(self) -> None:
+        """Start the fetch loops (and the lease extender unless batches are acked early)."""
+        self.stop_requested = False
+        if self._executor is None:
+            self._executor = self._new_executor(reserved=False)
+        if self._reserved_executor is None and self.config.reserved_slots:
+            # Threads of their own: a batch fetched ahead waits for a general thread and can
+            # never take a reserved one.
+            self._reserved_executor = self._new_executor(reserved=True)
+        loop = asyncio.get_running_loop()
+        self.loop_task = loop.create_task(self._fetch_loop())
+        if self.config.reserved_slots:
+            self._reserved_task = loop.create_task(self._fetch_loop(reserved=True))
+        if not self.config.early_ack:
+            self._extender = loop.create_task(self._settler.extend_forever())
+
+    def _new_executor(self, *, reserved: bool) -> ThreadPoolExecutor:
+        if reserved:
+            return ThreadPoolExecutor(self.config.reserved_slots,
+                                      thread_name_prefix=f"daskqueue-consumer-{self.index}-reserved")
+        return ThreadPoolExecutor(self.config.max_concurrency, thread_name_prefix=f"daskqueue-consumer-{self.index}")
+
+    async def join(self) -> None:
+        """After ``stop_requested`` is set: await the fetch loops, then every settlement,
+        then stop extending leases (an unsettled lease must stay alive until its settlement
+        has been answered)."""
+        if self.loop_task is not None:
+            await self.loop_task
+            self.loop_task = None
+        if self._reserved_task is not None:
+            await self._reserved_task
+            self._reserved_task = None
+        while self._finishing:
+            await asyncio.gather(*list(self._finishing))
+        if self._extender is not None:
+            self._extender.cancel()
+            try:
+                await self._extender
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # it already logged; stopping must not fail because of it
+                logger.exception("consumer %d: the lease extender had failed", self.index)
+            self._extender = None
+
+    def shutdown(self) -> None:
+        """Shut the thread pools down (threads running an item finish it)."""
+        for executor in (self._executor, self._reserved_executor):
+            if executor is not None:
+                executor.shutdown(wait=False)
+        self._executor = self._reserved_executor = None
+
+    async def _fetch_loop(self, reserved: bool = False) -> None:
+        """Fetch and start batches while there is a free slot: the general slots (and the
+        prefetch), or with ``reserved`` the reserved slots (urgent work, one message per
+        batch). The general loop also closes an orphaned consumer."""
+        c = self.config
+        slots = asyncio.Semaphore(c.reserved_slots if reserved else c.max_concurrency + c.prefetch_batches)
+        fetch = self._fetcher.fetch_urgent if reserved else self._fetcher.fetch
+        loop = asyncio.get_running_loop()
+        checked_at = time.monotonic()
+        while not self.stop_requested:
+            if not reserved and time.monotonic() - checked_at > ORPHAN_CHECK_S:
+                checked_at = time.monotonic()
+                if self._orphaned():
+                    self._close_orphan()
+                    return
+            await slots.acquire()
+            try:
+                batch = None if self.stop_requested else await fetch()
+            except Exception:
+                slots.release()
+                logger.exception("consumer %d: fetching failed; retrying in %g s", self.index, defaults.FETCH_RETRY_S)
+                await asyncio.sleep(defaults.FETCH_RETRY_S)
+                continue
+            if batch is None:
+                slots.release()
+                continue
+            self.inflight[(batch.queue_slot, batch.lease_id)] = batch
+            task = loop.create_task(self._run_and_settle(batch, slots))
+            self._finishing.add(task)
+            task.add_done_callback(self._finishing.discard)
+
+    async def _run_and_settle(self, batch: Batch, slots: asyncio.Semaphore) -> None:
+        try:
+            if self.config.early_ack:
+                await self._settler.settle(batch, Outcome(batch.count, {}, set(), []), early=True)
+            self._counters.busy_slots += 1
+            try:
+                outcome, run_s = await self._run(batch)
+            finally:
+                self._counters.busy_slots -= 1
+            self._counters.observe(outcome.done, run_s)
+            if not batch.reserved:
+                self._sizer.observe(outcome.done, run_s, (s.type for s in batch.segments))
+            if self.config.early_ack:
+                await self._settler.record(batch, outcome)
+            else:
+                await self._settler.settle(batch, outcome, early=False)
+        except _Abandoned:
+            # Late ack: not settled, its lease expires and the queue redelivers it (an
+            # attempt). Early ack: acked already, so its items fail here, with no result.
+            if self.config.early_ack:
+                await self._record_abandoned(batch)
+        except Exception:
+            logger.exception(
+                "consumer %d: settling lease %d failed; its messages will be redelivered",
+                self.index, batch.lease_id,
+            )
+        finally:
+            del self.inflight[(batch.queue_slot, batch.lease_id)]
+            slots.release()
+
+    async def _record_abandoned(self, batch: Batch) -> None:
+        errors = {p: time_limit_error(batch, p) for p in range(batch.count)}
+        try:
+            await self._settler.record(batch, Outcome(batch.count, errors, set(), [None] * batch.count))
+        except Exception:
+            logger.exception("consumer %d: recording the time-limit failures of lease %d failed",
+                             self.index, batch.lease_id)
+
+    async def _run(self, batch: Batch) -> tuple[Outcome, float]:
+        """Run ``batch`` on the thread pool, or in the child process when there is one."""
+        if self.process is None:
+            loop = asyncio.get_running_loop()
+            executor = self._reserved_executor if batch.reserved else self._executor
+            running = loop.run_in_executor(executor, self._on_thread, batch)
+            if not any(seg.time_limit_s for seg in batch.segments):
+                return await running
+            return await self._run_watched(batch, running)
+        done, errors, fatal, blob, run_s = await self.process.run(batch, self._func_bytes)
+        return Outcome(done, errors, fatal, [], blob), run_s
+
+    def _on_thread(self, batch: Batch) -> tuple[Outcome, float]:
+        """On a run thread: run ``batch`` (known as this thread's to the time-limit watch),
+        then pickle its results here: they may be large, and pickling them on the event
+        loop would stall the worker's loop, its heartbeats and every actor on it."""
+        self._batch_threads[batch.lease_id] = threading.get_ident()
+        try:
+            outcome, run_s = self._run_on_thread(batch)
+        finally:
+            self._batch_threads.pop(batch.lease_id, None)
+        dump_results(outcome)
+        return outcome, run_s
+
+    async def _run_watched(self, batch: Batch, running: asyncio.Future[Any]) -> tuple[Outcome, float]:
+        """Await a batch with time limits; if an item ignores its interruption for
+        ``TIME_LIMIT_GRACE_S``, leave its thread behind: raise :class:`_Abandoned` (the batch
+        is not settled and its lease no longer extended, so the queue redelivers it), and run
+        later batches on fresh threads so that the slot is not lost."""
+        while True:
+            done, _ = await asyncio.wait({running}, timeout=min(1.0, defaults.TIME_LIMIT_GRACE_S / 5))
+            if done:
+                return running.result()
+            thread = self._batch_threads.get(batch.lease_id)
+            if thread is not None and watchdog.overdue_s(thread) > defaults.TIME_LIMIT_GRACE_S:
+                break
+        self.abandoned += 1
+        logger.error("consumer %d: an item of lease %d ignored its time limit for %g s (a C call, or "
+                     "it caught the exception); leaving its thread behind, its lease to expire",
+                     self.index, batch.lease_id, defaults.TIME_LIMIT_GRACE_S)
+        if batch.reserved:
+            old, self._reserved_executor = self._reserved_executor, self._new_executor(reserved=True)
+        else:
+            old, self._executor = self._executor, self._new_executor(reserved=False)
+        if old is not None:
+            old.shutdown(wait=False)
+        raise _Abandoned(batch.lease_id)
+
+
+class _Abandoned(Exception):
+    """A batch left to a thread that ignored its time limit (see ``_run_watched``)."""

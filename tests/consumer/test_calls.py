@@ -1,0 +1,30 @@
+"""A consumer's calls to its queues: deadlines and the errors they raise (no cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from daskqueue.consumer.calls import QueueCalls
+from daskqueue.errors import DaskQueueError, QueueCallTimeoutError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class NeverAnswersGet:
+    """A queue on another worker (it has an address) that never answers."""
+
+    _address = "tcp://10.255.0.4:1"
+
+    async def get_batch(self, *args):
+        await asyncio.Event().wait()
+
+
+async def test_a_remote_call_past_its_deadline_raises_a_typed_timeout():
+    queue_calls = QueueCalls({0: NeverAnswersGet()})
+    queue_calls.bind()
+    with pytest.raises(QueueCallTimeoutError) as caught:
+        await queue_calls.call(0, "get_batch", 10, 0.0, None, deadline_s=0.05)
+    assert isinstance(caught.value, DaskQueueError) and isinstance(caught.value, TimeoutError)
+    assert (caught.value.queue_index, caught.value.method) == (0, "get_batch")
