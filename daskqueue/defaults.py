@@ -101,3 +101,12 @@ TYPE_GOSSIP_STALE_S: float = 3.0
 MOVE_POLL_S: float = 0.1  # how often remove_queue looks whether its queue is drained
 DIR_MODE: int = 0o700  # a new durable directory's mode: the owner only (files: 0o600)
 TIME_LIMIT_GRACE_S: float = 5.0  # how long a task past its time limit may ignore the interruption
+
+# -- issue 20, edges (H6): bounded function tables and membership waits ---------------------------
+
+#: The client's cache of functions pickled by reference (by function object): the newest this
+#: many are kept; an older one is pickled again when used again.
+FUNCTION_CACHE_ENTRIES: int = 1024
+#: Per queue, how many function digests the client remembers having sent it (an older one is
+#: sent again with the next put that uses it; the queue ignores a function it holds).
+SENT_FUNCTIONS_PER_QUEUE: int = 4096
