@@ -142,6 +142,10 @@ class SentFunctions:
         for digest in digests:
             self._digests.put(digest, True)
 
+    def discard(self, digest: bytes) -> None:
+        """Forget ``digest`` (its queue said it no longer holds the function)."""
+        self._digests.pop(digest)
+
     def unsent(self, funcs: dict[bytes, bytes]) -> dict[bytes, bytes]:
         """The entries of ``funcs`` (digest -> pickle) whose digest is not remembered."""
         return {d: data for d, data in funcs.items() if d not in self._digests}

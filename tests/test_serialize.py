@@ -113,6 +113,8 @@ def test_ten_thousand_distinct_lambdas_leave_the_clients_function_tables_bounded
     assert len(serialize._by_reference_cache) <= defaults.FUNCTION_CACHE_ENTRIES
     # A digest forgotten here is sent again (harmless: the queue keeps its copy); the newest is not.
     assert sent.unsent(batch.funcs) == {} and list(sent.unsent({b"old" * 4: b"f"})) == [b"old" * 4]
+    sent.discard(next(iter(batch.funcs)))  # the queue said it dropped it: sent again next time
+    assert sent.unsent(batch.funcs) == batch.funcs
 
 
 def test_the_lru_evicts_the_entry_used_longest_ago():
