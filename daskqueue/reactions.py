@@ -42,10 +42,10 @@ def merge(changes: list[Change]) -> Change:
     joined: set[str] = set()
     left: set[str] = set()
     retiring: set[str] = set()
-    for j, l, r in changes:
-        joined = (joined - l) | j
-        left |= l
-        retiring = (retiring - l) | r
+    for came, went, going in changes:
+        joined = (joined - went) | came
+        left |= went
+        retiring = (retiring - went) | going
     return joined, left, retiring
 
 
