@@ -182,6 +182,24 @@ def stats(args: argparse.Namespace) -> int:
         client.close()
 
 
+def _load_functions(blobs: dict[bytes, bytes]) -> dict[bytes, Any]:
+    """The task functions of ``blobs`` (digest -> pickle) that this process can unpickle; each
+    one it cannot (its module is not importable here, say) is reported on stderr, and its
+    dead letters are listed without their function."""
+    import pickle
+
+    import cloudpickle
+
+    funcs = {}
+    for digest, blob in blobs.items():
+        try:
+            funcs[digest] = cloudpickle.loads(blob)
+        except (ImportError, AttributeError, pickle.UnpicklingError, EOFError, TypeError, ValueError) as e:
+            print(f"daskqueue dead-letters: function {digest.hex()} cannot be unpickled here "
+                  f"({type(e).__name__}: {e}); its dead letters are listed without it", file=sys.stderr)
+    return funcs
+
+
 def dead_letters(args: argparse.Namespace) -> int:
     from daskqueue import registry
     from daskqueue.messages import make_id, split_id
@@ -213,15 +231,7 @@ def dead_letters(args: argparse.Namespace) -> int:
             if args.action == "list":
                 rows = handle.dead_letters(args.limit, seqs).result(timeout=30)
                 digests = sorted({r[5] for r in rows if r[5] is not None})
-                funcs = {}
-                if digests:
-                    import cloudpickle
-
-                    for d, blob in handle.get_functions(digests).result(timeout=30).items():
-                        try:
-                            funcs[d] = cloudpickle.loads(blob)
-                        except Exception:
-                            pass
+                funcs = _load_functions(handle.get_functions(digests).result(timeout=30)) if digests else {}
                 for row in rows:
                     d = dead_letter_of(q, row, funcs)
                     when = d.when.isoformat(timespec="seconds") if d.when else "?"

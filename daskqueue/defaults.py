@@ -109,3 +109,23 @@ TIME_LIMIT_GRACE_S: float = 5.0  # how long a task past its time limit may ignor
 #: Upper bounds (seconds) of a consumer's task-duration histogram (``ConsumerStats``,
 #: ``daskqueue_consumer_task_duration_seconds``).
 DURATION_BUCKETS_S: tuple[float, ...] = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0)
+
+# -- bounded function tables and membership waits ------------------------------------------------
+
+#: The client's cache of functions pickled by reference (by function object): the newest this
+#: many are kept; an older one is pickled again when used again.
+FUNCTION_CACHE_ENTRIES: int = 1024
+#: Per queue, how many function digests the client remembers having sent it (an older one is
+#: sent again with the next put that uses it; the queue ignores a function it holds).
+SENT_FUNCTIONS_PER_QUEUE: int = 4096
+#: The membership thread (``daskqueue/membership.py``) never waits without bound: a call to
+#: the scheduler (its worker list) gives up after ``MEMBERSHIP_CALL_TIMEOUT_S`` (retried);
+#: with no event it wakes every ``MEMBERSHIP_IDLE_S`` to see whether its client closed; it
+#: waits for each pool's reaction to a change at most ``REACTION_WAIT_S`` (in the pools'
+#: order, so a queue pool's reaction normally ends before its consumer pool's starts), then
+#: goes on while that reaction runs on (``daskqueue/reactions.py``); ``forget`` waits at most
+#: ``MEMBERSHIP_CLOSE_WAIT_S`` for the thread to end.
+MEMBERSHIP_CALL_TIMEOUT_S: float = 10.0
+MEMBERSHIP_IDLE_S: float = 1.0
+REACTION_WAIT_S: float = 10.0
+MEMBERSHIP_CLOSE_WAIT_S: float = 12.0

@@ -46,6 +46,8 @@ __all__ = [
     "StoreFullError",
     "StoreIOError",
     "StorePermissionError",
+    "FieldTooLongError",
+    "CorruptPoolFileError",
 ]
 
 
@@ -371,3 +373,34 @@ class StoreIOError(StoreError):
 class StorePermissionError(StoreIOError):
     """The store's directory or one of its files may not be read or written (``EACCES``,
     ``EPERM``, ``EROFS``); nothing was modified by the refused operation."""
+
+
+# -- issue 20, edges (kept together for the merge; each belongs to the group its base names) -------
+
+
+class FieldTooLongError(ConfigurationError):
+    """A message's ``type`` or ``key`` is longer than a queue can store (durable queues keep
+    each in a 16-bit length, ``segment/FORMAT.md``): refused before anything was sent."""
+
+    def __init__(self, field: str, length: int, limit: int) -> None:
+        super().__init__(f"{field} is {length:,} bytes in UTF-8; at most {limit:,} are allowed")
+        self.field = field
+        self.length = length
+        self.limit = limit
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (FieldTooLongError, (self.field, self.length, self.limit))
+
+
+class CorruptPoolFileError(CorruptStoreError):
+    """A durable pool's ``daskqueue-pool.json`` cannot be read as a pool file (not JSON, or
+    fields of the wrong kind); ``path`` and ``reason`` say which and why. The queues' own
+    directories are untouched: repair or restore the file, then reopen the pool."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (CorruptPoolFileError, (self.path, self.reason))

@@ -7,19 +7,19 @@ about to retire on the ``daskqueue-membership`` event topic. On the client, one
 (``daskqueue-membership``) that reconciles the events with the scheduler's worker list and
 calls its listeners, the pools, with the workers that joined, left and are retiring. The
 pools therefore follow the cluster with no call from the user, and they do their blocking
-work (starting actors, moving queues) on that thread, never on the client's event loop and
-never on the user's thread.
+work (starting actors, moving queues) on a reaction thread of each pool's
+(:mod:`daskqueue.reactions`), never on the client's event loop, never on the user's thread,
+and never holding the membership thread (or another pool) longer than
+:data:`~daskqueue.defaults.REACTION_WAIT_S`. Every wait of the membership thread is bounded
+(``MEMBERSHIP_*`` in :mod:`daskqueue.defaults`).
 
-The plugin also changes two of the scheduler's handlers, for every caller (``Client``,
-``Adaptive``, a worker ending its ``--lifetime``):
+Lifetime: a pool holds its client's membership from :func:`membership` (``owner=pool``) or
+``add_listener`` until :func:`forget` (``forget(pool)``, when the pool closes); once no pool
+holds it, its thread ends and the client is no longer referenced. A membership whose client
+closed ends its thread by itself within :data:`~daskqueue.defaults.MEMBERSHIP_IDLE_S`.
 
-* ``retire_workers``: Dask refuses to retire a worker that holds an actor. Before Dask's own
-  retirement runs, the plugin publishes ``retiring`` and waits (at most
-  :data:`HANDOFF_TIMEOUT_S`) until the pools have moved their actors off those workers: a
-  queue hands its whole state to a successor elsewhere, consumers settle and stop.
-* ``adaptive_target``: Dask's adaptive scaling sees only scheduler tasks. Queue actors report
-  their backlog on ``daskqueue-load`` every second while they have work; the target becomes
-  the larger of Dask's and the workers the queued work needs (see :func:`queue_target`).
+The scheduler side (the plugin, the retirement hand-off, the adaptive target) lives in
+:mod:`daskqueue.scheduler_plugin`; its names are re-exported here.
 
 Listeners are held weakly: a pool that is garbage collected stops listening. A listener's
 ``on_membership(joined, left, retiring)`` must not raise; what it raises is logged.
@@ -27,158 +27,50 @@ Listeners are held weakly: a pool that is garbage collected stops listening. A l
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import math
 import queue
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from distributed import Client
-from distributed.diagnostics.plugin import SchedulerPlugin
 
-__all__ = ["MembershipPlugin", "Membership", "membership", "queue_target", "TOPIC", "LOAD_TOPIC"]
+from daskqueue import defaults
+from daskqueue.reactions import Reactions, seen
+from daskqueue.scheduler_plugin import (  # re-exported: their users import them from here
+    HANDOFF_TIMEOUT_S,
+    LOAD_STALE_S,
+    LOAD_TOPIC,
+    TOPIC,
+    MembershipPlugin,
+    queue_target,
+)
+
+__all__ = ["MembershipPlugin", "Membership", "membership", "forget", "queue_target", "TOPIC", "LOAD_TOPIC",
+           "HANDOFF_TIMEOUT_S", "LOAD_STALE_S"]
 
 logger = logging.getLogger("daskqueue")
 
-#: The scheduler event topic on which the plugin publishes joins, leaves and retirements.
-TOPIC = "daskqueue-membership"
-
-#: The topic on which queue actors report their backlog to the scheduler.
-LOAD_TOPIC = "daskqueue-load"
-
-#: How long ``close`` waits for the thread (a listener call it is in must finish first).
-CLOSE_TIMEOUT_S = 30.0
+#: How long ``close`` waits for the thread (it waits for no reaction longer than
+#: ``REACTION_WAIT_S``, for the scheduler no longer than ``MEMBERSHIP_CALL_TIMEOUT_S``).
+CLOSE_TIMEOUT_S = defaults.MEMBERSHIP_CLOSE_WAIT_S
 
 #: How long the thread waits before it tries again after reading the worker list failed.
 RETRY_S = 1.0
-
-#: How long a retirement waits for the pools to move their actors off the retiring workers
-#: before Dask's own retirement runs (which refuses a worker that still holds an actor).
-HANDOFF_TIMEOUT_S = 20.0
-
-#: A queue's load report older than this is not counted (its queue stopped reporting).
-LOAD_STALE_S = 10.0
 
 #: How long the client may be reconnecting to its scheduler before the pools call the
 #: scheduler lost (its workers, and the actors on them, close when it is gone).
 SCHEDULER_LOST_S = 5.0
 
 
-def queue_target(loads: list[dict[str, Any]], *, target_duration_s: float, unknown_task_s: float,
-                 threads_per_worker: float) -> int:
-    """The workers that the queued work of ``loads`` (queue reports) needs to finish within
-    about ``target_duration_s``, the way Dask sizes its own backlog: seconds of work (ready
-    and leased messages times the measured seconds per message, ``unknown_task_s`` before any
-    is measured) over the target duration, at most one thread per message."""
-    work_s = 0.0
-    messages = 0
-    for load in loads:
-        n = load["ready"] + load["leased"]
-        work_s += n * (load["task_s"] if load["task_s"] is not None else unknown_task_s)
-        messages += n
-    if messages == 0:
-        return 0
-    threads = min(messages, math.ceil(work_s / target_duration_s))
-    return math.ceil(threads / max(threads_per_worker, 1e-9))
+@dataclass(frozen=True)
+class View:
+    """The membership after one reconciliation."""
 
-
-class MembershipPlugin(SchedulerPlugin):
-    """Publishes ``{"action": "join" | "leave" | "retiring", ...}`` on :data:`TOPIC`; makes
-    retirement wait for the pools' hand-off and adaptive scaling count the queues' backlog."""
-
-    name = "daskqueue-membership"
-    idempotent = True  # one per scheduler, however many pools register it
-
-    def __init__(self) -> None:
-        self.loads: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}
-        self.scheduler: Any = None
-
-    async def start(self, scheduler: Any) -> None:
-        self.scheduler = scheduler
-        handlers = scheduler.handlers
-        retire, target = handlers["retire_workers"], handlers["adaptive_target"]
-
-        async def retire_workers(workers: list[str] | None = None, *, names: list[Any] | None = None,
-                                 **kwargs: Any) -> Any:
-            workers = self._resolve(workers, names, kwargs)
-            if workers is None:
-                return await retire(names=names, **kwargs)
-            await self.hand_off(workers)
-            return await retire(workers=workers, **kwargs)
-
-        def adaptive_target(target_duration: Any = None) -> int:
-            return max(target(target_duration=target_duration), self.queue_target(target_duration))
-
-        handlers["retire_workers"] = retire_workers
-        handlers["adaptive_target"] = adaptive_target
-
-    def add_worker(self, scheduler: Any, worker: str) -> None:
-        scheduler.log_event(TOPIC, {"action": "join", "worker": worker})
-
-    def remove_worker(self, scheduler: Any, worker: str, *, stimulus_id: str, **kwargs: Any) -> None:
-        scheduler.log_event(TOPIC, {"action": "leave", "worker": worker})
-
-    def log_event(self, topic: str, msg: Any) -> None:
-        if topic == LOAD_TOPIC and isinstance(msg, dict):
-            self.loads[(msg["pool"], msg["queue"])] = (time.monotonic(), msg)
-
-    # -- retirement ---------------------------------------------------------------------------
-
-    def _resolve(self, workers: list[str] | None, names: list[Any] | None,
-                 kwargs: dict[str, Any]) -> list[str] | None:
-        """The addresses a ``retire_workers`` call names (by address, by name, or chosen by
-        ``workers_to_close``, chosen here once so that the hand-off and Dask agree); None if
-        the call is malformed (Dask's own handler then says why)."""
-        s = self.scheduler
-        if workers is not None and names is None:
-            return [w for w in workers if w in s.workers]
-        if names is not None and workers is None:
-            wanted = {str(n) for n in names}
-            return [a for a, ws in s.workers.items() if str(ws.name) in wanted]
-        if workers is None and names is None:
-            return list(s.workers_to_close(**kwargs))
-        return None
-
-    async def hand_off(self, workers: list[str]) -> None:
-        """Ask the pools to move every actor off ``workers``; return once none holds one, or
-        after :data:`HANDOFF_TIMEOUT_S` (Dask's retirement then refuses what still holds one)."""
-        s = self.scheduler
-        if not any(s.workers[w].actors for w in workers if w in s.workers):
-            return
-        s.log_event(TOPIC, {"action": "retiring", "workers": list(workers)})
-        started = time.monotonic()
-        while time.monotonic() < started + HANDOFF_TIMEOUT_S:
-            if not any(s.workers[w].actors for w in workers if w in s.workers):
-                logger.info("daskqueue: actors moved off retiring workers %s in %.2f s", workers,
-                            time.monotonic() - started)
-                return
-            await asyncio.sleep(0.05)
-        held = {w: sorted(str(ts.key) for ts in s.workers[w].actors) for w in workers if w in s.workers}
-        logger.warning("daskqueue: actors still on retiring workers after %g s: %s", HANDOFF_TIMEOUT_S, held)
-
-    # -- adaptive scaling ---------------------------------------------------------------------
-
-    def queue_target(self, target_duration: Any = None) -> int:
-        """Workers the queues' reported backlog needs (0 with no fresh report)."""
-        import dask
-        from dask.utils import parse_timedelta
-
-        now = time.monotonic()
-        self.loads = {k: v for k, v in self.loads.items() if now - v[0] < LOAD_STALE_S}
-        if not self.loads:
-            return 0
-        s = self.scheduler
-        duration = target_duration or dask.config.get("distributed.adaptive.target-duration")
-        unknown = dask.config.get("distributed.scheduler.unknown-task-duration")
-        nthreads = sum(ws.nthreads for ws in s.workers.values())
-        return queue_target(
-            [m for _, m in self.loads.values()], target_duration_s=parse_timedelta(duration),
-            unknown_task_s=parse_timedelta(unknown),
-            threads_per_worker=nthreads / len(s.workers) if s.workers else 1.0,
-        )
+    workers: frozenset[str]
+    retiring: frozenset[str]
 
 
 class Listener(Protocol):
@@ -190,15 +82,18 @@ class Membership:
 
     ``workers`` is the set of live worker addresses after the last reconciliation;
     ``retiring`` those of them being retired (no new actor goes there). Started by
-    :func:`membership`; :meth:`close` stops and joins the thread (also at client close).
+    :func:`membership`; :meth:`close` stops and joins the thread (it also ends by itself
+    once its client is closed).
     """
 
     def __init__(self, client: Client) -> None:
         self.client = client
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._listeners: list[weakref.ref[Any]] = []
+        self._holders: weakref.WeakSet[Any] = weakref.WeakSet()  # pools that hold it (see forget)
+        self._reactions = Reactions(defaults.REACTION_WAIT_S)
         self._lock = threading.Lock()
-        self._stopped = False
+        self._stop = threading.Event()
         topic = TOPIC
         try:
             client.register_plugin(MembershipPlugin())
@@ -209,14 +104,24 @@ class Membership:
         # Subscribe first, then read the list: a change in between is seen by both, never
         # by neither.
         client.subscribe_topic(topic, self._events.put)
-        self.workers: set[str] = self._scheduler_workers()
-        self.retiring: set[str] = set()
+        self._topic = topic
+        self._view = View(frozenset(self._scheduler_workers()), frozenset())
         self._unreachable_since: float | None = None
         self._thread = threading.Thread(target=self._run, name="daskqueue-membership", daemon=True)
         self._thread.start()
 
     def __repr__(self) -> str:
         return f"<Membership: {len(self.workers)} workers, {len(self._listeners)} listeners>"
+
+    @property
+    def workers(self) -> frozenset[str]:
+        """The live workers: as of the change being reacted to, on a reaction's thread."""
+        return seen(self, self._view).workers
+
+    @property
+    def retiring(self) -> frozenset[str]:
+        """The workers being retired (no new actor goes there), seen as :attr:`workers` is."""
+        return seen(self, self._view).retiring
 
     def placeable(self) -> list[str]:
         """The workers new actors may go to: live and not retiring, sorted."""
@@ -236,30 +141,76 @@ class Membership:
             self._unreachable_since = now
         return status if now - self._unreachable_since >= SCHEDULER_LOST_S else None
 
+    @property
+    def _stopped(self) -> bool:
+        return self._stop.is_set()
+
     def add_listener(self, listener: Listener) -> None:
+        """Call ``listener.on_membership`` on every change (it also holds this membership)."""
         with self._lock:
             self._listeners.append(weakref.ref(listener))
+            self._holders.add(listener)
 
     def remove_listener(self, listener: Listener) -> None:
+        """No more calls to ``listener``; changes it has not started reacting to are dropped."""
         with self._lock:
             self._listeners = [r for r in self._listeners if r() not in (None, listener)]
+        self._reactions.discard(listener)
+
+    def hold(self, owner: Any) -> None:
+        """``owner`` (a pool) uses this membership until :meth:`release`."""
+        with self._lock:
+            self._holders.add(owner)
+
+    def release(self, owner: Any) -> bool:
+        """``owner`` no longer uses this membership (nor listens); True if no one holds it."""
+        self.remove_listener(owner)
+        with self._lock:
+            self._holders.discard(owner)
+            return not self._holders
 
     def close(self) -> None:
-        """Stop the thread and wait for it (a listener call it is in finishes first)."""
-        self._stopped = True
+        """Stop the thread and wait for it at most :data:`CLOSE_TIMEOUT_S`; stop following
+        the scheduler's events. A reaction under way runs to its end on its own thread."""
+        self._stop.set()
         self._events.put(None)
+        self._reactions.cancel_all()
+        try:
+            if self.client.status not in ("closing", "closed"):
+                self.client.unsubscribe_topic(self._topic)
+        except Exception as e:  # already unsubscribed, or the client is closing meanwhile
+            logger.debug("daskqueue: unsubscribing from %s failed: %s", self._topic, e)
         if threading.current_thread() is not self._thread:
             self._thread.join(CLOSE_TIMEOUT_S)
+            if self._thread.is_alive():
+                logger.warning("daskqueue: the membership thread did not end within %g s", CLOSE_TIMEOUT_S)
 
     # -- the thread -------------------------------------------------------------------------
 
     def _scheduler_workers(self) -> set[str]:
-        info = self.client.scheduler_info(n_workers=-1)
+        """The scheduler's live workers; raises a ``TimeoutError`` after
+        ``MEMBERSHIP_CALL_TIMEOUT_S`` (``Client.scheduler_info`` takes no deadline)."""
+        info = self.client.sync(self.client.scheduler.identity, n_workers=-1,
+                                callback_timeout=defaults.MEMBERSHIP_CALL_TIMEOUT_S)
         return set(info["workers"])
+
+    def _next_events(self) -> list[Any] | None:
+        """The events that arrived, at least one; None if the thread is to end (stopped, or
+        its client closed while no event came for ``MEMBERSHIP_IDLE_S``)."""
+        while not self._stopped:
+            try:
+                return [self._events.get(timeout=defaults.MEMBERSHIP_IDLE_S)]
+            except queue.Empty:
+                if self.client.status in ("closing", "closed"):
+                    _drop(self)
+                    return None
+        return None
 
     def _run(self) -> None:
         while not self._stopped:
-            events = [self._events.get()]
+            events = self._next_events()
+            if events is None:
+                return
             while True:  # take every event that is already here: one reconciliation
                 try:
                     events.append(self._events.get_nowait())
@@ -276,7 +227,7 @@ class Membership:
                 logger.exception("daskqueue: following the cluster's membership failed; retrying")
                 for event in events:
                     self._events.put(event)
-                time.sleep(RETRY_S)
+                self._stop.wait(RETRY_S)
 
     def _reconcile(self, events: list[Any]) -> None:
         """Diff the scheduler's list with the last one; a worker that left and came back
@@ -285,10 +236,10 @@ class Membership:
         msgs = [msg for _, msg in events if isinstance(msg, dict)]
         said_left = {msg["worker"] for msg in msgs if msg.get("action") in ("leave", "remove-worker")}
         retiring = {w for msg in msgs if msg.get("action") == "retiring" for w in msg["workers"]}
-        left = (self.workers - now) | (said_left & self.workers)
-        joined = (now - self.workers) | (said_left & now)
-        self.workers = now
-        self.retiring = (self.retiring | retiring) & now - joined
+        was = self._view
+        left = (was.workers - now) | (said_left & was.workers)
+        joined = (now - was.workers) | (said_left & now)
+        self._view = View(frozenset(now), frozenset((was.retiring | retiring) & now - joined))
         retiring &= now
         if not joined and not left and not retiring:
             return
@@ -297,31 +248,47 @@ class Membership:
         with self._lock:
             listeners = [r() for r in self._listeners]
             self._listeners = [r for r in self._listeners if r() is not None]
-        for listener in listeners:
-            if listener is None:
-                continue
-            try:
-                listener.on_membership(joined, left, retiring)
-            except Exception:
-                logger.exception("daskqueue: %r failed to follow the cluster", listener)
+        self._reactions.react([x for x in listeners if x is not None], joined, left, retiring, self._stop,
+                              owner=self, view=self._view)
 
 
 _by_client: dict[str, Membership] = {}
 _by_client_lock = threading.Lock()
 
 
-def membership(client: Client) -> Membership:
-    """The :class:`Membership` of ``client``, started on first use (one per client)."""
+def membership(client: Client, owner: Any = None) -> Membership:
+    """The :class:`Membership` of ``client``, started on first use (one per client); held
+    by ``owner`` (a pool) from now on, until ``forget(owner)``. A pool passes itself: between
+    this call and its ``add_listener``, another pool's ``forget`` then cannot end it."""
     with _by_client_lock:
         m = _by_client.get(client.id)
         if m is None or m._stopped:
             m = _by_client[client.id] = Membership(client)
+        if owner is not None:
+            m.hold(owner)
         return m
 
 
-def forget(client: Client) -> None:
-    """Stop and forget the membership of ``client`` (when its last pool closes)."""
+def forget(owner: Any) -> None:
+    """Release what ``owner`` held of its client's membership: a pool (anything with a
+    ``client``) stops listening, and once no pool holds the membership its thread ends and
+    the client is no longer referenced from here; a ``Client`` ends its membership whoever
+    holds it. Idempotent; returns within ``MEMBERSHIP_CLOSE_WAIT_S``; call it when a pool
+    closes (not from its own reaction to a change, which would wait for itself)."""
+    client = owner if isinstance(owner, Client) else getattr(owner, "client", None)
+    if client is None:
+        return
     with _by_client_lock:
-        m = _by_client.pop(client.id, None)
-    if m is not None:
-        m.close()
+        m = _by_client.get(client.id)
+        if m is None or (owner is not client and not m.release(owner)):
+            return
+        del _by_client[client.id]
+    m.close()
+
+
+def _drop(m: Membership) -> None:
+    """Forget ``m`` (its thread is ending: its client closed)."""
+    m._stop.set()
+    with _by_client_lock:
+        if _by_client.get(m.client.id) is m:
+            del _by_client[m.client.id]

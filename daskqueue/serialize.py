@@ -4,9 +4,12 @@ Every hot-path actor call carries ONE ``bytes`` blob (Dask serialises a list of 
 by item, a blob in one copy). A blob is one ``pickle.dumps`` of a flat tuple whose large parts
 are ``bytes``: the payloads of many messages concatenated, with a ``uint32`` offsets array.
 
-Functions are pickled once per call of ``batch_submit``/``map`` (and once per process for
-functions pickled by reference) and named by a 16-byte digest; queues and consumers cache them
-by digest, so a function mapped over a million inputs crosses the wire a handful of times.
+Functions are pickled once per call of ``batch_submit``/``map`` (and, for functions pickled
+by reference, once while among the last :data:`~daskqueue.defaults.FUNCTION_CACHE_ENTRIES`
+used) and named by a 16-byte digest; queues and consumers cache them by digest, so a function
+mapped over a million inputs crosses the wire a handful of times. Every client-side table of
+functions is bounded (:class:`~daskqueue.lru.LRU`), so a caller sending a new function per
+request (``submit(lambda: ...)``) does not grow the client without end.
 """
 
 from __future__ import annotations
@@ -22,11 +25,14 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import cloudpickle
 
+from daskqueue import defaults
 from daskqueue.errors import InvalidTaskError, PayloadTooLargeError, SerializationError
+from daskqueue.lru import LRU
 
 __all__ = [
     "PickledFunction",
     "pickle_function",
+    "SentFunctions",
     "pack_payloads",
     "Group",
     "ChunkMeta",
@@ -69,7 +75,8 @@ def _by_value(func: Callable[..., Any]) -> bool:
     return module in (None, "__main__") or "<lambda>" in qualname or "<locals>" in qualname
 
 
-_by_reference_cache: dict[Any, PickledFunction] = {}
+#: Functions pickled by reference (the pickle is a name: it never changes), by function.
+_by_reference_cache: LRU[Any, PickledFunction] = LRU(defaults.FUNCTION_CACHE_ENTRIES)
 
 
 def pickle_function(func: Callable[..., Any], *, index: int | None = None) -> PickledFunction:
@@ -98,12 +105,50 @@ def pickle_function(func: Callable[..., Any], *, index: int | None = None) -> Pi
             where = "" if index is None else f" (task {index} of the batch)"
             raise SerializationError(f"cannot pickle function {func!r}{where}: {e}", index=index) from first
     pickled = PickledFunction(hashlib.blake2b(data, digest_size=16).digest(), data)
-    if not by_value and len(_by_reference_cache) < 4096:
+    if not by_value:
         try:
-            _by_reference_cache[func] = pickled
+            _by_reference_cache.put(func, pickled)
         except TypeError:
             pass
     return pickled
+
+
+class SentFunctions:
+    """The digests of the functions one queue was sent, as far as the client remembers: the
+    last :data:`~daskqueue.defaults.SENT_FUNCTIONS_PER_QUEUE` added.
+
+    Used like a ``set`` of digests (``in``, ``add``, ``update``; adding one again makes it
+    the newest). Forgetting a digest costs only sending its function again, which a queue
+    that still holds it ignores; remembering one the queue no longer holds is what a queue
+    that evicts functions must answer (it names the missing digests). Thread-safe.
+    """
+
+    def __init__(self, max_entries: int = defaults.SENT_FUNCTIONS_PER_QUEUE) -> None:
+        self._digests: LRU[bytes, bool] = LRU(max_entries)
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._digests
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    def __repr__(self) -> str:
+        return f"<SentFunctions: {len(self._digests)} of {self._digests.max_entries}>"
+
+    def add(self, digest: bytes) -> None:
+        self._digests.put(digest, True)
+
+    def update(self, digests: Iterable[bytes]) -> None:
+        for digest in digests:
+            self._digests.put(digest, True)
+
+    def discard(self, digest: bytes) -> None:
+        """Forget ``digest`` (its queue said it no longer holds the function)."""
+        self._digests.pop(digest)
+
+    def unsent(self, funcs: dict[bytes, bytes]) -> dict[bytes, bytes]:
+        """The entries of ``funcs`` (digest -> pickle) whose digest is not remembered."""
+        return {d: data for d, data in funcs.items() if d not in self._digests}
 
 
 def pack_payloads(

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Collection
 
-from daskqueue.errors import ConfigurationError
+from daskqueue.errors import ConfigurationError, FieldTooLongError
 
-__all__ = ["check_number", "check_choice", "check_optional_str"]
+__all__ = ["check_number", "check_choice", "check_optional_str", "check_label", "MAX_LABEL_BYTES"]
+
+#: The longest message ``type`` or ``key``, in UTF-8 bytes: a durable queue stores each
+#: length in 16 bits (``segment/FORMAT.md``, chunk header). Every queue keeps the same limit,
+#: so a pool may change durability without its callers' labels becoming invalid.
+MAX_LABEL_BYTES: int = 2**16 - 1
 
 
 def check_number(
@@ -64,4 +69,19 @@ def check_optional_str(name: str, value: Any) -> str | None:
     """Check that ``value`` is a ``str`` or ``None``."""
     if value is not None and not isinstance(value, str):
         raise ConfigurationError(f"{name} must be a str or None, got {value!r}")
+    return value
+
+
+def check_label(name: str, value: Any) -> str | None:
+    """Check that ``value`` (a message's ``type`` or ``key``) is ``None`` or a ``str`` whose
+    UTF-8 encoding fits :data:`MAX_LABEL_BYTES`; :class:`FieldTooLongError` names the length."""
+    check_optional_str(name, value)
+    if value is None:
+        return value
+    try:
+        length = len(value.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise ConfigurationError(f"{name} must be encodable as UTF-8, got {value!r:.80}: {e}") from e
+    if length > MAX_LABEL_BYTES:
+        raise FieldTooLongError(name, length, MAX_LABEL_BYTES)
     return value

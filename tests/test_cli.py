@@ -98,3 +98,17 @@ def test_bench_never_runs_benchmark_code_from_the_current_directory(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert not marker.exists() and "no-op" in done.stdout
+
+
+def test_a_dead_letters_function_that_cannot_be_unpickled_here_is_reported_not_hidden(capsys):
+    import pickle
+
+    from daskqueue.cli import _load_functions
+    from tests import tasks
+
+    good = pickle.dumps(tasks.double)
+    gone = good.replace(b"tests.tasks", b"tests.xxxxx")  # same length: a valid pickle of a missing module
+    funcs = _load_functions({b"\x01" * 16: good, b"\x02" * 16: gone})
+    assert funcs == {b"\x01" * 16: tasks.double}
+    err = capsys.readouterr().err
+    assert "02" * 16 in err and "ModuleNotFoundError" in err and "tests.xxxxx" in err

@@ -82,3 +82,50 @@ def test_result_records_of_older_stores_and_of_a_longer_future_layout_are_read()
     assert ResultRecord.from_bytes(pickle.dumps(fields)) == ResultRecord(*fields)
     assert ResultRecord.from_bytes(pickle.dumps(ResultRecord(*fields))) == ResultRecord(*fields)
     assert ResultRecord.from_bytes(pickle.dumps(fields + (3, "a field added later"))) == ResultRecord(*fields, 3)
+
+
+def test_the_client_keeps_the_newest_functions_pickled_by_reference_and_no_more():
+    import functools
+
+    from daskqueue import defaults, serialize
+
+    partials = [functools.partial(tasks.double, i) for i in range(10_000)]  # pickled by reference
+    for p in partials:
+        pickle_function(p)
+    assert len(serialize._by_reference_cache) == defaults.FUNCTION_CACHE_ENTRIES
+    assert pickle_function(partials[-1]) is pickle_function(partials[-1])  # the newest are cached
+    assert pickle_function(tasks.double) is pickle_function(tasks.double)
+
+
+def test_ten_thousand_distinct_lambdas_leave_the_clients_function_tables_bounded():
+    from daskqueue import defaults, serialize
+    from daskqueue.queue.encode import PutOptions, encode_calls
+    from daskqueue.serialize import SentFunctions
+
+    sent = SentFunctions()  # what a pool remembers having sent one queue
+    shipped = 0
+    for i in range(10_000):  # a service submitting one new closure per request
+        (batch,) = encode_calls([(lambda i=i: i, (), None)], PutOptions(), size=1, limit=2**20)
+        shipped += len(sent.unsent(batch.funcs))
+        sent.update(batch.funcs)
+    assert shipped == 10_000
+    assert len(sent) == defaults.SENT_FUNCTIONS_PER_QUEUE
+    assert len(serialize._by_reference_cache) <= defaults.FUNCTION_CACHE_ENTRIES
+    # A digest forgotten here is sent again (harmless: the queue keeps its copy); the newest is not.
+    assert sent.unsent(batch.funcs) == {} and list(sent.unsent({b"old" * 4: b"f"})) == [b"old" * 4]
+    sent.discard(next(iter(batch.funcs)))  # the queue said it dropped it: sent again next time
+    assert sent.unsent(batch.funcs) == batch.funcs
+
+
+def test_the_lru_evicts_the_entry_used_longest_ago():
+    from daskqueue.lru import LRU
+
+    lru = LRU(2)
+    lru.put("a", 1)
+    lru.put("b", 2)
+    assert lru.get("a") == 1  # a is now the newest
+    lru.put("c", 3)
+    assert "b" not in lru and lru.get("a") == 1 and lru.get("c") == 3 and len(lru) == 2
+    assert lru.pop("a") == 1 and lru.pop("a") is None
+    with pytest.raises(ValueError):
+        LRU(0)

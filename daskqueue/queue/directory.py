@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
-from daskqueue.errors import ConfigurationError, ForeignDirectoryError
+from daskqueue.errors import ConfigurationError, CorruptPoolFileError, ForeignDirectoryError
+from daskqueue.segment.log import os_errors
 
 __all__ = ["POOL_FILE", "POOL_FORMAT", "prepare_pool_dir", "queue_dir", "removed_queues", "record_removed"]
 
@@ -34,18 +36,26 @@ def prepare_pool_dir(dirpath: str, n_queues: int, mode: int = 0o700) -> list[str
     format, or it holds more queues than ``n_queues`` (their messages would be orphaned), and
     :class:`ForeignDirectoryError` if it is a non-empty directory that is not a pool's. The
     pool file is replaced atomically (written, fsynced, renamed, directory fsynced).
+
+    Every function here raises the operating system's refusals as :class:`StoreError` leaves
+    naming the path (:class:`StorePermissionError`, :class:`StoreFullError`,
+    :class:`StoreIOError`) and an unreadable pool file as :class:`CorruptPoolFileError`.
     """
     if os.path.exists(dirpath) and not os.path.isdir(dirpath):
         raise ConfigurationError(f"dirpath {dirpath} exists and is not a directory")
     if not os.path.exists(dirpath):  # a new directory is the owner's only (unless ``mode`` says)
-        os.makedirs(dirpath, mode=mode, exist_ok=True)
-        os.chmod(dirpath, mode)
+        with os_errors(dirpath, "create the pool directory"):
+            os.makedirs(dirpath, mode=mode, exist_ok=True)
+            os.chmod(dirpath, mode)
     meta = os.path.join(dirpath, POOL_FILE)
     removed: list[int] = []
     if os.path.exists(meta):
         removed = _check_known_shape(dirpath, meta, n_queues)
-    elif os.listdir(dirpath):
-        raise ForeignDirectoryError(f"{dirpath} is not empty and is not a daskqueue pool directory")
+    else:
+        with os_errors(dirpath, "list the pool directory"):
+            foreign = bool(os.listdir(dirpath))
+        if foreign:
+            raise ForeignDirectoryError(f"{dirpath} is not empty and is not a daskqueue pool directory")
     _write_shape(meta, n_queues, removed)
     return [queue_dir(dirpath, i) for i in range(n_queues)]
 
@@ -55,29 +65,46 @@ def removed_queues(dirpath: str) -> set[int]:
     meta = os.path.join(dirpath, POOL_FILE)
     if not os.path.exists(meta):
         return set()
-    with open(meta) as f:
-        return set(json.load(f).get("removed", []))
+    return set(_read_shape(meta)["removed"])
 
 
 def record_removed(dirpath: str, index: int) -> None:
     """Record that queue ``index`` of the pool at ``dirpath`` was drained and taken out."""
     meta = os.path.join(dirpath, POOL_FILE)
-    with open(meta) as f:
-        known = json.load(f)
-    _write_shape(meta, known["n_queues"], sorted(set(known.get("removed", [])) | {index}))
+    known = _read_shape(meta)
+    _write_shape(meta, known["n_queues"], sorted(set(known["removed"]) | {index}))
+
+
+def _read_shape(meta: str) -> dict[str, Any]:
+    """The pool file at ``meta``: ``{"format", "n_queues", "removed"}`` (``removed`` filled
+    in), checked for its format and field types."""
+    with os_errors(meta, "read the pool file"):
+        with open(meta, "rb") as f:
+            raw = f.read()
+    try:
+        known = json.loads(raw)
+    except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
+        raise CorruptPoolFileError(meta, f"not JSON ({e})") from e
+    if not isinstance(known, dict):
+        raise CorruptPoolFileError(meta, f"holds {type(known).__name__}, not an object")
+    if known.get("format") != POOL_FORMAT:
+        raise ConfigurationError(f"{meta} has an unknown format {known.get('format')!r}")
+    n_queues, removed = known.get("n_queues"), known.setdefault("removed", [])
+    if not isinstance(n_queues, int) or isinstance(n_queues, bool) or n_queues < 0:
+        raise CorruptPoolFileError(meta, f"n_queues is {n_queues!r}, not a count")
+    if not isinstance(removed, list) or not all(isinstance(i, int) for i in removed):
+        raise CorruptPoolFileError(meta, f"removed is {removed!r:.80}, not a list of queue indices")
+    return known
 
 
 def _check_known_shape(dirpath: str, meta: str, n_queues: int) -> list[int]:
-    with open(meta) as f:
-        known = json.load(f)
-    if known.get("format") != POOL_FORMAT:
-        raise ConfigurationError(f"{meta} has an unknown format {known.get('format')!r}")
+    known = _read_shape(meta)
     if n_queues < known["n_queues"]:
         raise ConfigurationError(
             f"{dirpath} holds {known['n_queues']} queues; reopen it with n_queues >= "
             f"{known['n_queues']} so that none of their messages is orphaned"
         )
-    return list(known.get("removed", []))
+    return list(known["removed"])
 
 
 def _write_shape(meta: str, n_queues: int, removed: list[int] = ()) -> None:  # type: ignore[assignment]
@@ -85,14 +112,15 @@ def _write_shape(meta: str, n_queues: int, removed: list[int] = ()) -> None:  # 
     shape: dict[str, object] = {"format": POOL_FORMAT, "n_queues": n_queues}
     if removed:
         shape["removed"] = list(removed)
-    with open(tmp, "w") as f:
-        json.dump(shape, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, meta)
-    # The rename is durable only once the directory entry is on disk.
-    fd = os.open(os.path.dirname(meta), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with os_errors(meta, "write the pool file"):
+        with open(tmp, "w") as f:
+            json.dump(shape, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, meta)
+        # The rename is durable only once the directory entry is on disk.
+        fd = os.open(os.path.dirname(meta), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

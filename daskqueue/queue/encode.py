@@ -12,12 +12,13 @@ mixed calls, one dict look-up; everything else is per chunk or per group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, NamedTuple, Sequence
 
 from daskqueue.errors import InvalidTaskError, PayloadTooLargeError, SerializationError
 from daskqueue.messages import Kind
 from daskqueue.serialize import Group, PickledFunction, pack_payloads, pickle_function
+from daskqueue.validate import check_label
 
 __all__ = [
     "PutOptions",
@@ -39,7 +40,9 @@ Call = tuple[Callable[..., Any], tuple[Any, ...], "dict[str, Any] | None"]
 
 @dataclass(frozen=True, slots=True)
 class PutOptions:
-    """What every message of one submission shares (validated by the caller)."""
+    """What every message of one submission shares (validated by the caller, but for the
+    labels: a ``type`` or ``key`` a queue cannot store raises :class:`FieldTooLongError` here,
+    so before anything is encoded or sent)."""
 
     type: str | None = None
     priority: int = 0
@@ -47,6 +50,10 @@ class PutOptions:
     delay_s: float = 0.0
     due_epoch: float = 0.0  # eta=: seconds since the epoch (then delay_s is 0)
     time_limit_s: float = 0.0  # how long each message may run (0: no limit)
+
+    def __post_init__(self) -> None:
+        check_label("type", self.type)
+        check_label("key", self.key)
 
     def group(self, kind: int, digest: bytes | None, count: int, offsets: bytes, data: bytes) -> Group:
         """A put group of ``count`` packed messages with these options."""
@@ -266,7 +273,6 @@ def _encode_keyed_chunk(chunk: list[int], keys: Sequence[str | None], payload_of
     groups, positions = [], []
     for (key, kind, digest, _), (group_positions, payloads) in by_group.items():
         offsets, data = pack(payloads, group_positions, limit=limit, what=what)
-        groups.append(PutOptions(options.type, options.priority, key, options.delay_s, options.due_epoch).group(
-            kind, digest, len(group_positions), offsets, data))
+        groups.append(replace(options, key=key).group(kind, digest, len(group_positions), offsets, data))
         positions.append(group_positions)
     return PutBatch(groups, funcs, positions)

@@ -65,3 +65,35 @@ def test_new_pool_and_queue_directories_are_the_owners_only(tmp_path):
         assert stat.S_IMODE((shared / "queue-000").stat().st_mode) == 0o750
     finally:
         store.close()
+
+
+def test_a_pool_file_that_is_not_json_is_a_typed_error_naming_the_path(tmp_path):
+    from daskqueue.errors import CorruptPoolFileError, StoreError
+    from daskqueue.queue.directory import record_removed, removed_queues
+
+    meta = tmp_path / POOL_FILE
+    for text in ['{"format": 1, "n_q', "[1, 2]", '{"format": 1, "n_queues": "two"}', "\udcff"]:
+        meta.write_bytes(text.encode("utf-8", "surrogateescape"))
+        for call in (lambda: prepare_pool_dir(str(tmp_path), 2), lambda: removed_queues(str(tmp_path)),
+                     lambda: record_removed(str(tmp_path), 0)):
+            with pytest.raises(CorruptPoolFileError, match=POOL_FILE) as caught:
+                call()
+            assert isinstance(caught.value, StoreError) and caught.value.path == str(meta)
+
+
+def test_a_pool_file_that_cannot_be_read_or_written_is_a_store_error_naming_the_path(tmp_path):
+    # Running as root, no permission bit refuses: a directory where a file should be does.
+    from daskqueue.errors import StoreIOError
+    from daskqueue.queue.directory import record_removed, removed_queues
+
+    (tmp_path / POOL_FILE).mkdir()
+    with pytest.raises(StoreIOError, match=POOL_FILE) as caught:
+        removed_queues(str(tmp_path))
+    assert isinstance(caught.value.__cause__, OSError)
+
+    pool = str(tmp_path / "pool")
+    prepare_pool_dir(pool, 1)
+    (tmp_path / "pool" / (POOL_FILE + ".tmp")).mkdir()  # the pool file is written there, then renamed
+    with pytest.raises(StoreIOError, match=POOL_FILE) as caught:
+        record_removed(pool, 0)
+    assert isinstance(caught.value.__cause__, OSError)

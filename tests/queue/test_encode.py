@@ -122,3 +122,27 @@ def test_a_keys_messages_keep_put_order_when_their_functions_alternate():
     (queue, batch), = batches
     assert queue == 0
     assert [list(p) for p in batch.positions] == [[0], [1], [2]]  # three runs, in put order
+
+
+@pytest.mark.parametrize("field", ["type", "key"])
+def test_a_type_or_key_longer_than_a_queue_stores_is_refused_naming_the_limit_and_length(field):
+    from daskqueue.errors import ConfigurationError, FieldTooLongError
+    from daskqueue.validate import MAX_LABEL_BYTES
+
+    PutOptions(**{field: "x" * MAX_LABEL_BYTES})  # the longest that fits
+    with pytest.raises(FieldTooLongError, match=f"{field} is 65,536 bytes.*at most 65,535") as caught:
+        PutOptions(**{field: "é" * 2**15})  # 32,768 characters, 65,536 bytes
+    assert (caught.value.field, caught.value.length, caught.value.limit) == (field, 2**16, MAX_LABEL_BYTES)
+    assert isinstance(caught.value, ConfigurationError)
+    with pytest.raises(ConfigurationError, match="UTF-8"):
+        PutOptions(**{field: "\udcff"})
+
+
+def test_keyed_groups_keep_the_submissions_time_limit_and_delay():
+    from daskqueue.queue.encode import encode_keyed
+
+    options = PutOptions(type=None, priority=3, delay_s=2.0, time_limit_s=7.0)
+    ((_, batch),) = encode_keyed(["a"], lambda key: 0, lambda i: (Kind.RAW, None, i), options,
+                                 size=10, limit=LIMIT, what="item")
+    (group,) = batch.groups
+    assert (group.key, group.priority, group.delay_s, group.time_limit_s) == ("a", 3, 2.0, 7.0)

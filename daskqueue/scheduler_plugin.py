@@ -1,0 +1,157 @@
+"""The scheduler's side of daskqueue's membership: what the scheduler tells the pools, and
+what it learns from the queues.
+
+A :class:`MembershipPlugin` on the scheduler publishes every worker that joins, leaves or is
+about to retire on the :data:`TOPIC` event topic (the client side, :mod:`daskqueue.membership`,
+follows it). It also changes two of the scheduler's handlers, for every caller (``Client``,
+``Adaptive``, a worker ending its ``--lifetime``):
+
+* ``retire_workers``: Dask refuses to retire a worker that holds an actor. Before Dask's own
+  retirement runs, the plugin publishes ``retiring`` and waits (at most
+  :data:`HANDOFF_TIMEOUT_S`) until the pools have moved their actors off those workers: a
+  queue hands its whole state to a successor elsewhere, consumers settle and stop.
+* ``adaptive_target``: Dask's adaptive scaling sees only scheduler tasks. Queue actors report
+  their backlog on ``daskqueue-load`` every second while they have work; the target becomes
+  the larger of Dask's and the workers the queued work needs (see :func:`queue_target`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from typing import Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+__all__ = ["MembershipPlugin", "queue_target", "TOPIC", "LOAD_TOPIC", "HANDOFF_TIMEOUT_S", "LOAD_STALE_S"]
+
+logger = logging.getLogger("daskqueue")
+
+#: The scheduler event topic on which the plugin publishes joins, leaves and retirements.
+TOPIC = "daskqueue-membership"
+
+#: The topic on which queue actors report their backlog to the scheduler.
+LOAD_TOPIC = "daskqueue-load"
+
+#: How long a retirement waits for the pools to move their actors off the retiring workers
+#: before Dask's own retirement runs (which refuses a worker that still holds an actor).
+HANDOFF_TIMEOUT_S = 20.0
+
+#: A queue's load report older than this is not counted (its queue stopped reporting).
+LOAD_STALE_S = 10.0
+
+
+def queue_target(loads: list[dict[str, Any]], *, target_duration_s: float, unknown_task_s: float,
+                 threads_per_worker: float) -> int:
+    """The workers that the queued work of ``loads`` (queue reports) needs to finish within
+    about ``target_duration_s``, the way Dask sizes its own backlog: seconds of work (ready
+    and leased messages times the measured seconds per message, ``unknown_task_s`` before any
+    is measured) over the target duration, at most one thread per message."""
+    work_s = 0.0
+    messages = 0
+    for load in loads:
+        n = load["ready"] + load["leased"]
+        work_s += n * (load["task_s"] if load["task_s"] is not None else unknown_task_s)
+        messages += n
+    if messages == 0:
+        return 0
+    threads = min(messages, math.ceil(work_s / target_duration_s))
+    return math.ceil(threads / max(threads_per_worker, 1e-9))
+
+
+class MembershipPlugin(SchedulerPlugin):
+    """Publishes ``{"action": "join" | "leave" | "retiring", ...}`` on :data:`TOPIC`; makes
+    retirement wait for the pools' hand-off and adaptive scaling count the queues' backlog."""
+
+    name = "daskqueue-membership"
+    idempotent = True  # one per scheduler, however many pools register it
+
+    def __init__(self) -> None:
+        self.loads: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}
+        self.scheduler: Any = None
+
+    async def start(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        handlers = scheduler.handlers
+        retire, target = handlers["retire_workers"], handlers["adaptive_target"]
+
+        async def retire_workers(workers: list[str] | None = None, *, names: list[Any] | None = None,
+                                 **kwargs: Any) -> Any:
+            workers = self._resolve(workers, names, kwargs)
+            if workers is None:
+                return await retire(names=names, **kwargs)
+            await self.hand_off(workers)
+            return await retire(workers=workers, **kwargs)
+
+        def adaptive_target(target_duration: Any = None) -> int:
+            return max(target(target_duration=target_duration), self.queue_target(target_duration))
+
+        handlers["retire_workers"] = retire_workers
+        handlers["adaptive_target"] = adaptive_target
+
+    def add_worker(self, scheduler: Any, worker: str) -> None:
+        scheduler.log_event(TOPIC, {"action": "join", "worker": worker})
+
+    def remove_worker(self, scheduler: Any, worker: str, *, stimulus_id: str, **kwargs: Any) -> None:
+        scheduler.log_event(TOPIC, {"action": "leave", "worker": worker})
+
+    def log_event(self, topic: str, msg: Any) -> None:
+        if topic == LOAD_TOPIC and isinstance(msg, dict):
+            self.loads[(msg["pool"], msg["queue"])] = (time.monotonic(), msg)
+
+    # -- retirement ---------------------------------------------------------------------------
+
+    def _resolve(self, workers: list[str] | None, names: list[Any] | None,
+                 kwargs: dict[str, Any]) -> list[str] | None:
+        """The addresses a ``retire_workers`` call names (by address, by name, or chosen by
+        ``workers_to_close``, chosen here once so that the hand-off and Dask agree); None if
+        the call is malformed (Dask's own handler then says why)."""
+        s = self.scheduler
+        if workers is not None and names is None:
+            return [w for w in workers if w in s.workers]
+        if names is not None and workers is None:
+            wanted = {str(n) for n in names}
+            return [a for a, ws in s.workers.items() if str(ws.name) in wanted]
+        if workers is None and names is None:
+            return list(s.workers_to_close(**kwargs))
+        return None
+
+    async def hand_off(self, workers: list[str]) -> None:
+        """Ask the pools to move every actor off ``workers``; return once none holds one, or
+        after :data:`HANDOFF_TIMEOUT_S` (Dask's retirement then refuses what still holds one)."""
+        s = self.scheduler
+        if not any(s.workers[w].actors for w in workers if w in s.workers):
+            return
+        s.log_event(TOPIC, {"action": "retiring", "workers": list(workers)})
+        started = time.monotonic()
+        while time.monotonic() < started + HANDOFF_TIMEOUT_S:
+            if not any(s.workers[w].actors for w in workers if w in s.workers):
+                logger.info("daskqueue: actors moved off retiring workers %s in %.2f s", workers,
+                            time.monotonic() - started)
+                return
+            await asyncio.sleep(0.05)
+        held = {w: sorted(str(ts.key) for ts in s.workers[w].actors) for w in workers if w in s.workers}
+        logger.warning("daskqueue: actors still on retiring workers after %g s: %s", HANDOFF_TIMEOUT_S, held)
+
+    # -- adaptive scaling ---------------------------------------------------------------------
+
+    def queue_target(self, target_duration: Any = None) -> int:
+        """Workers the queues' reported backlog needs (0 with no fresh report)."""
+        import dask
+        from dask.utils import parse_timedelta
+
+        now = time.monotonic()
+        self.loads = {k: v for k, v in self.loads.items() if now - v[0] < LOAD_STALE_S}
+        if not self.loads:
+            return 0
+        s = self.scheduler
+        duration = target_duration or dask.config.get("distributed.adaptive.target-duration")
+        unknown = dask.config.get("distributed.scheduler.unknown-task-duration")
+        nthreads = sum(ws.nthreads for ws in s.workers.values())
+        return queue_target(
+            [m for _, m in self.loads.values()], target_duration_s=parse_timedelta(duration),
+            unknown_task_s=parse_timedelta(unknown),
+            threads_per_worker=nthreads / len(s.workers) if s.workers else 1.0,
+        )
