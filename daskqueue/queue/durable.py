@@ -13,7 +13,7 @@ from daskqueue import defaults
 from daskqueue.errors import PayloadTooLargeError, QueueClosedError, StoreError
 from daskqueue.messages import error_from_exception
 from daskqueue.queue.base import TOKENS_KEPT, ChunkPayload, QueueActorBase, detach_payload
-from daskqueue.queue.core import LEASE_EXPIRED, Chunk, JournalEntry, Span
+from daskqueue.queue.core import LEASE_EXPIRED, Chunk, JournalEntry, Span, Transition
 from daskqueue.segment.format import PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType, token_record
 from daskqueue.segment.recovery import Recovered, replay
 from daskqueue.segment.store import FsyncPolicy, SegmentStore
@@ -24,6 +24,16 @@ __all__ = ["DurableQueue"]
 logger = logging.getLogger("daskqueue")
 
 _MAX_ATTEMPTS_ON_DISK = 255  # the index record's attempts field is a u8
+
+#: The index record that persists each of the core's transitions.
+_RECORD_OF = {
+    Transition.LEASE: IndexType.LEASE,
+    Transition.RELEASE: IndexType.RELEASE,
+    Transition.ACK: IndexType.ACK,
+    Transition.RETRY: IndexType.RETRY,
+    Transition.DEAD: IndexType.DEAD,
+    Transition.DEAD_DROP: IndexType.DEAD_DROP,
+}
 _OFFSET = PAYLOAD_OFFSET.size
 
 
@@ -294,7 +304,7 @@ class DurableQueue(QueueActorBase):
         """The index record of a journal entry; a DEAD's error goes to the log first."""
         span = entry.span
         seg = off = 0
-        if entry.kind == IndexType.DEAD:
+        if entry.kind == Transition.DEAD:
             body = encode_dead_body(entry.error, span.chunk, span.start, span.stop)
             try:
                 seg, off = self._store.append_log(LogType.ERROR, body)
@@ -305,14 +315,14 @@ class DurableQueue(QueueActorBase):
             for seq in range(span.first_seq, span.first_seq + span.count):
                 self._dead_errors[seq] = (seg, off)
                 self._store.pin(seg)
-        elif entry.kind == IndexType.DEAD_DROP:
+        elif entry.kind == Transition.DEAD_DROP:
             for seq in range(span.first_seq, span.first_seq + span.count):
                 ref = self._dead_errors.pop(seq, None)
                 if ref is not None:
                     self._unpins.append(ref[0])
-        if entry.kind in (IndexType.ACK, IndexType.DEAD):
+        if entry.kind in (Transition.ACK, Transition.DEAD):
             self._settled(span)
-        return IndexRecord(entry.kind, span.first_seq, span.count, span.attempts, seg, off, entry.time)
+        return IndexRecord(_RECORD_OF[entry.kind], span.first_seq, span.count, span.attempts, seg, off, entry.time)
 
     def _write_index(self, records: list[IndexRecord] | None = None) -> None:
         """Append the pending records, then ``records``, in one write; then unpin what they

@@ -597,11 +597,11 @@ class DurableQueueMachine(RuleBasedStateMachine):
         dead = {d.seq: (d.attempts, d.error) for d in core.dead}
         assert len(dead) == len(core.dead), "a dead letter is listed twice"
         assert dead == {seq: (m.attempts, m.error) for seq, m in self.msgs.items() if m.state == DEAD}
-        for not_before, _, span in core._delayed:
+        for not_before, span in core.delayed():
             for i in range(span.start, span.stop):
                 assert self.msgs[span.chunk.base_seq + i].due == not_before
         # The held leases: same messages in the same order, same deadline.
-        assert sorted(core._leases) == sorted(self.leases)
+        assert sorted(lease.lease_id for lease in core.leases()) == sorted(self.leases)
         for lease_id, lease in self.leases.items():
             held = core.lease(lease_id)
             seqs = [s.chunk.base_seq + i for s in held.spans for i in range(s.start, s.stop)]
