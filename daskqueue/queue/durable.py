@@ -112,9 +112,9 @@ class DurableQueue(QueueActorBase):
             recovered = replay(self._store.take_records(), self._store.read_log, self._store.report)
             state = pickle.loads(handoff) if handoff is not None else {"leases": [], "fences": {}}
             self._restore(recovered, state["leases"])
-            self._fences = state["fences"]
-            for keys in self._fences.values():
-                self._core.fence(keys)
+            self._fences = state["fences"]  # the actor's copy, until it reads the core's by source
+            for source, keys in self._fences.items():
+                self._core.fence_from(source, keys)
         except BaseException:
             self._store.close()
             raise
