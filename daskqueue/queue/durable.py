@@ -137,6 +137,9 @@ class DurableQueue(QueueActorBase):
         pins: dict[int, int] = {}
         fixes: list[IndexRecord] = []
         held, accepted = _adoptable(rec, adopted)  # base_seq -> [(start, stop)] of live leases
+        # The dead letters first, under their ordinals: a client's cursor counts them, and
+        # the letters rule 6 makes below must come after every one handed out before.
+        self._restore_dead(rec, now)
         chunks: dict[int, Chunk] = {}
         for rc in rec.chunks:
             h = rc.header
@@ -155,16 +158,6 @@ class DurableQueue(QueueActorBase):
             if live:  # a chunk rule 6 dead-lettered entirely pins nothing
                 self._chunk_live[h.base_seq] = [rc.segment, live]
                 pins[rc.segment] = pins.get(rc.segment, 0) + 1
-        wall_offset = time.time() - now
-        bodies: dict[tuple[int, int], Any] = {}  # one ERROR record serves a span's letters
-        for seq, attempts, body, seg, off in rec.dead:
-            decoded = bodies.get((seg, off))
-            if decoded is None:
-                decoded = bodies[(seg, off)] = read_dead_body(body)
-            error, wall, meta, priority, payload = dead_letter_from(decoded, seq)
-            self._core.restore_dead(seq, attempts, error, meta, payload=payload, priority=priority,
-                                    at=(wall - wall_offset) if wall else now)
-            self._dead_errors[seq] = (seg, off)
         for digest, (data, seg, off) in rec.funcs.items():
             self._funcs[digest] = data
             self._func_refs[digest] = (seg, off)
@@ -189,6 +182,19 @@ class DurableQueue(QueueActorBase):
         self._write_index(fixes)
         self._after_change(now)
         self._store.sync()
+
+    def _restore_dead(self, rec: Recovered, now: float) -> None:
+        wall_offset = time.time() - now
+        bodies: dict[tuple[int, int], Any] = {}  # one ERROR record serves a span's letters
+        for seq, attempts, body, seg, off, ordinal in rec.dead:
+            decoded = bodies.get((seg, off))
+            if decoded is None:
+                decoded = bodies[(seg, off)] = read_dead_body(body)
+            error, wall, meta, priority, payload = dead_letter_from(decoded, seq)
+            self._core.restore_dead(seq, attempts, error, meta, payload=payload, priority=priority,
+                                    at=(wall - wall_offset) if wall else now, ordinal=ordinal)
+            self._dead_errors[seq] = (seg, off)
+        self._core.advance_dead(rec.next_dead)
 
     def _restore_results(self, rec: Recovered) -> None:
         """The unfetched result records, numbered as before; one lost to corruption is an
@@ -497,13 +503,22 @@ class DurableQueue(QueueActorBase):
             records.append(IndexRecord(IndexType.ACK, chunk.base_seq + cursor, chunk.count - cursor).to_bytes())
 
     def _copy_dead(self, records: list[bytes], pins: dict[int, int]) -> dict[int, tuple[int, int]]:
+        """The dead letters, each under its ordinal: replay numbers DEAD records in order, so
+        a DEAD_ORDINAL record says where the count resumes after a gap (letters taken out),
+        and a last one keeps the next ordinal past every letter handed out."""
         refs: dict[int, tuple[int, int]] = {}
         now = self._now()
+        ordinal = 0
         for d in self._core.dead:
+            if d.ordinal != ordinal:
+                records.append(IndexRecord(IndexType.DEAD_ORDINAL, d.ordinal).to_bytes())
             body = encode_dead_body(d.error, d.chunk, d.index, d.index + 1, wall=time.time() - (now - d.at))
             seg, off = refs[d.seq] = self._store.append_log(LogType.ERROR, body)
             records.append(IndexRecord(IndexType.DEAD, d.seq, 1, min(d.attempts, _MAX_ATTEMPTS_ON_DISK), seg, off).to_bytes())
             pins[seg] = pins.get(seg, 0) + 1
+            ordinal = d.ordinal + 1
+        if self._core.dead_appended != ordinal:
+            records.append(IndexRecord(IndexType.DEAD_ORDINAL, self._core.dead_appended).to_bytes())
         return refs
 
     def _copy_results(self, records: list[bytes], pins: dict[int, int]) -> list[int]:

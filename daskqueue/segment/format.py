@@ -132,6 +132,7 @@ class IndexType(IntEnum):
     WATERMARK = 10
     TOKEN = 11
     DEAD_DROP = 12
+    DEAD_ORDINAL = 13
 
 
 #: Bytes of a put's idempotency token; a TOKEN index record holds it in its segment and

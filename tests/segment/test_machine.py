@@ -566,7 +566,7 @@ class DurableQueueMachine(RuleBasedStateMachine):
                     m.state = READY
         self.leases.clear()
         self.stale.clear()
-        self.dead_cursor, self.dead_seen = 0, set()  # a new client starts from 0
+        # The client keeps its dead-letter cursor across the reopen (as a running map does).
         assert self.run(q.get_functions(sorted(FUNCS))) == self.funcs
         # Every pending payload was read back from the log: each must be intact.
         for span, _ in q._core.live_spans():
