@@ -14,6 +14,7 @@ from daskqueue.errors import PayloadTooLargeError, QueueClosedError, StoreError
 from daskqueue.messages import error_from_exception
 from daskqueue.queue.base import TOKENS_KEPT, ChunkPayload, QueueActorBase, detach_payload
 from daskqueue.queue.core import LEASE_EXPIRED, Chunk, JournalEntry, Span, Transition
+from daskqueue.queue.syncing import LoopSyncs, answered_when_durable
 from daskqueue.segment.format import PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType, token_record
 from daskqueue.segment.recovery import Recovered, replay
 from daskqueue.segment.store import FsyncPolicy, SegmentStore
@@ -100,6 +101,7 @@ class DurableQueue(QueueActorBase):
             lock_wait_s=defaults.LOCK_WAIT_S if _on_worker() else 0.0,
             dir_mode=dir_mode,
         )
+        self._syncs = LoopSyncs(self._store)
         self._core.journal = []
         self._func_refs: dict[bytes, tuple[int, int]] = {}
         self._result_refs: list[int] = []  # segment of each record in self._results
@@ -344,8 +346,13 @@ class DurableQueue(QueueActorBase):
             self._store.unpin(seg)
 
     def _commit(self) -> None:
+        """End of a call's writes; the syncs they need run on the store's sync thread."""
         if self._store.commit():  # a new interval sync is pending: the sweeper must plan it
             self._wake_sweeper()
+        if self._store.fsync == "always":
+            self._syncs.start()  # the call's answer waits for it (answered_when_durable)
+        elif self._store.reclaim_due():
+            self._syncs.start(index_only=True)
 
     def _settled(self, span: Span) -> None:
         """Count ``span`` settled; its chunk's segment is unpinned once the chunk's last live
@@ -393,7 +400,7 @@ class DurableQueue(QueueActorBase):
         """The due interval sync, then the due compaction (off the loop, queue paused)."""
         due = self._store.sync_due_in()
         if due is not None and due <= 0:
-            self._store.sync()
+            self._syncs.start()
         if self._compaction_due:
             await self._compact_or_postpone()
 
@@ -529,6 +536,27 @@ class DurableQueue(QueueActorBase):
             refs.append(seg)
             pins[seg] = pins.get(seg, 0) + 1
         return refs
+
+    # -- answers wait for their syncs (fsync="always"), off the loop ------------------------------
+
+    put_batch = answered_when_durable(QueueActorBase.put_batch)
+    adopt = answered_when_durable(QueueActorBase.adopt)
+    get_batch = answered_when_durable(QueueActorBase.get_batch)
+    get_batch_nowait = answered_when_durable(QueueActorBase.get_batch_nowait)
+    settle = answered_when_durable(QueueActorBase.settle)
+    record_outcomes = answered_when_durable(QueueActorBase.record_outcomes)
+    fetch_results = answered_when_durable(QueueActorBase.fetch_results)
+    fetch_outcomes = answered_when_durable(QueueActorBase.fetch_outcomes)
+    workers_lost = answered_when_durable(QueueActorBase.workers_lost)
+    replay_dead = answered_when_durable(QueueActorBase.replay_dead)
+    purge = answered_when_durable(QueueActorBase.purge)
+    move_out = answered_when_durable(QueueActorBase.move_out)
+
+    async def close(self) -> None:
+        """As :meth:`QueueActorBase.close`; the syncs started before wait off the loop first
+        (closing the store waits for any started since, and syncs the rest)."""
+        await self._syncs.idle()
+        await super().close()
 
     # -- inspection ---------------------------------------------------------------------------
 

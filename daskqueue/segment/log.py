@@ -189,12 +189,16 @@ class LogSegment:
         return offset + LOG_RECORD_HEADER.size + length
 
     def sync(self) -> None:
-        """``msync`` the bytes appended since the last sync."""
-        if self.end > self._synced:
+        """``msync`` the bytes appended since the last sync.
+
+        May run on a sync thread while the owner appends: it covers the bytes appended
+        before it read ``end``; later ones wait for the next sync."""
+        end = self.end
+        if end > self._synced:
             start = self._synced - self._synced % _PAGE
             with os_errors(self.path, "msync"):
-                self._map.flush(start, self.end - start)
-            self._synced = self.end
+                self._map.flush(start, end - start)
+            self._synced = end
 
     def close(self) -> None:
         if self._map is not None:
