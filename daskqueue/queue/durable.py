@@ -69,7 +69,10 @@ class DurableQueue(QueueActorBase):
     """
 
     kind = "durable"
-    _now = staticmethod(time.time)  # not-before times are persisted: wall clock
+    #: The clock of what is persisted (not-before times, dead-letter times): the wall clock,
+    #: which a reopen on another machine shares. The core runs on the monotonic ``_now``;
+    #: times convert at this boundary (``_wall_offset``).
+    _wall = staticmethod(time.time)
 
     def __init__(
         self,
@@ -132,10 +135,15 @@ class DurableQueue(QueueActorBase):
         if self._recovery["messages"] or self._store.dropped:
             logger.info("durable queue %d recovered from %s: %s", index, dirpath, self._recovery)
 
+    def _wall_offset(self) -> float:
+        """Wall clock minus the core's clock, now: a core time plus this is a persisted one."""
+        return self._wall() - self._now()
+
     # -- recovery -----------------------------------------------------------------------------
 
     def _restore(self, rec: Recovered, adopted: list[Any] = ()) -> None:  # type: ignore[assignment]
         now = self._now()
+        wall_offset = self._wall_offset()
         pins: dict[int, int] = {}
         fixes: list[IndexRecord] = []
         held, accepted = _adoptable(rec, adopted)  # base_seq -> [(start, stop)] of live leases
@@ -149,7 +157,7 @@ class DurableQueue(QueueActorBase):
             chunk = chunks[h.base_seq] = Chunk(h.base_seq, h.count, h.priority, payload,
                                                ChunkMeta(h.kind, h.digest, h.type, h.key, h.time_limit_s), type=h.type,
                                                key=h.key)
-            self._core.restore(chunk, rc.spans, now=now, not_before=h.not_before or None)
+            self._core.restore(chunk, rc.spans, now=now, not_before=(h.not_before - wall_offset) or None)
             live = sum(stop - start for start, stop, _ in rc.spans)
             for start, stop, attempts in _minus(rc.crashed_leases, held.get(h.base_seq, [])):
                 record = self._restore_crashed(chunk, start, stop, attempts, now)
@@ -186,7 +194,7 @@ class DurableQueue(QueueActorBase):
         self._store.sync()
 
     def _restore_dead(self, rec: Recovered, now: float) -> None:
-        wall_offset = time.time() - now
+        wall_offset = self._wall() - now
         bodies: dict[tuple[int, int], Any] = {}  # one ERROR record serves a span's letters
         for seq, attempts, body, seg, off, ordinal in rec.dead:
             decoded = bodies.get((seg, off))
@@ -257,6 +265,7 @@ class DurableQueue(QueueActorBase):
     def _on_put(self, chunks: list[tuple[Chunk, float]], funcs: dict[bytes, bytes], now: float,
                 token: bytes | None, ranges: list[tuple[int, int]]) -> None:
         records = []
+        wall_offset = self._wall_offset()
         for digest, data in funcs.items():
             seg, off = self._store.append_log(LogType.FUNC, digest, data)
             records.append(IndexRecord(IndexType.FUNC, 0, 0, 0, seg, off))
@@ -264,7 +273,7 @@ class DurableQueue(QueueActorBase):
             self._store.pin(seg)
         for chunk, delay_s in chunks:
             payload, meta = chunk.payload, chunk.meta
-            not_before = now + delay_s if delay_s > 0 else 0.0
+            not_before = now + wall_offset + delay_s if delay_s > 0 else 0.0  # persisted: wall clock
             header = ChunkHeader(chunk.base_seq, chunk.count, chunk.priority, meta.kind, meta.digest, meta.type,
                                  meta.key, not_before, meta.time_limit_s)
             seg, off = self._store.append_log(LogType.CHUNK, header.to_bytes(), payload.offsets.tobytes(), payload.data)
@@ -330,7 +339,8 @@ class DurableQueue(QueueActorBase):
                     self._unpins.append(ref[0])
         if entry.kind in (Transition.ACK, Transition.DEAD):
             self._settled(span)
-        return IndexRecord(_RECORD_OF[entry.kind], span.first_seq, span.count, span.attempts, seg, off, entry.time)
+        wall = entry.time + self._wall_offset() if entry.time else 0.0  # a RETRY's due time, persisted
+        return IndexRecord(_RECORD_OF[entry.kind], span.first_seq, span.count, span.attempts, seg, off, wall)
 
     def _write_index(self, records: list[IndexRecord] | None = None) -> None:
         """Append the pending records, then ``records``, in one write; then unpin what they
@@ -519,7 +529,7 @@ class DurableQueue(QueueActorBase):
         for d in self._core.dead:
             if d.ordinal != ordinal:
                 records.append(IndexRecord(IndexType.DEAD_ORDINAL, d.ordinal).to_bytes())
-            body = encode_dead_body(d.error, d.chunk, d.index, d.index + 1, wall=time.time() - (now - d.at))
+            body = encode_dead_body(d.error, d.chunk, d.index, d.index + 1, wall=self._wall() - (now - d.at))
             seg, off = refs[d.seq] = self._store.append_log(LogType.ERROR, body)
             records.append(IndexRecord(IndexType.DEAD, d.seq, 1, min(d.attempts, _MAX_ATTEMPTS_ON_DISK), seg, off).to_bytes())
             pins[seg] = pins.get(seg, 0) + 1

@@ -48,7 +48,8 @@ from daskqueue.segment.format import INDEX_RECORD, IndexRecord, IndexType, check
 from daskqueue.serialize import Group, decode_delivery, encode_put, encode_settle, pack_payloads
 from tests.segment.helpers import crash
 
-T0 = 1_700_000_000.0  # the fake wall clock starts here; every step is a binary fraction
+T0 = 1_700_000_000.0  # the fake clock starts here; every step is a binary fraction
+WALL_SHIFT_S = 2.0**20  # the fake wall clock reads this much more (exact in floats)
 LEASE_TIMEOUT_S = 30.0
 BACKOFF_MAX_S = 16.0
 MAX_SEGMENT_BYTES = 65536
@@ -96,6 +97,10 @@ def clocked_queue_class(clock: list[float]) -> type[DurableQueue]:
         @staticmethod
         def _now() -> float:  # also read by __init__ (recovery)
             return clock[0]
+
+        @staticmethod
+        def _wall() -> float:  # persisted times: another origin, advancing with the clock
+            return clock[0] + WALL_SHIFT_S
 
     return ClockedDurableQueue
 
