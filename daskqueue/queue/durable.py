@@ -10,12 +10,12 @@ from array import array
 from typing import Any
 
 from daskqueue import defaults
-from daskqueue.errors import PayloadTooLargeError, QueueClosedError, StoreError
+from daskqueue.errors import ConfigurationError, PayloadTooLargeError, QueueClosedError, StoreError
 from daskqueue.messages import error_from_exception
 from daskqueue.queue.base import TOKENS_KEPT, ChunkPayload, QueueActorBase, detach_payload
 from daskqueue.queue.core import LEASE_EXPIRED, Chunk, JournalEntry, Span, Transition
 from daskqueue.queue.syncing import LoopSyncs, answered_when_durable
-from daskqueue.segment.format import PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType, token_record
+from daskqueue.segment.format import MAX_NAME_BYTES, PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType, token_record
 from daskqueue.segment.recovery import Recovered, replay
 from daskqueue.segment.store import FsyncPolicy, SegmentStore
 from daskqueue.serialize import PROTOCOL, ChunkMeta, Group, ResultRecord
@@ -239,9 +239,12 @@ class DurableQueue(QueueActorBase):
     # -- writing through ----------------------------------------------------------------------
 
     def _fit_groups(self, groups: list[Group]) -> list[Group]:
-        """Split groups whose CHUNK record would not fit in one log segment."""
+        """Split groups whose CHUNK record would not fit in one log segment. Raises
+        :class:`ConfigurationError` for a type or key longer than a CHUNK header holds
+        (before the put changes anything)."""
         out = []
         for g in groups:
+            _check_names(g)
             # A CHUNK body is its header (with type and key), count + 1 offsets, the payloads.
             limit = self._store.max_record_body - ChunkHeader.encoded_size(g.type, g.key)
             if len(g.data) + _OFFSET * (g.count + 1) <= limit:
@@ -603,6 +606,14 @@ class DurableQueue(QueueActorBase):
             raise QueueClosedError(f"queue {self.index} is closed")
         await self._run_paused(self._compact)
         self._compaction_due = False
+
+
+def _check_names(group: Group) -> None:
+    for what, name in (("type", group.type), ("routing key", group.key)):
+        size = len(name.encode()) if name else 0
+        if size > MAX_NAME_BYTES:
+            raise ConfigurationError(f"a message {what} of {size:,} bytes is longer than the "
+                                     f"{MAX_NAME_BYTES:,} a durable queue stores")
 
 
 def _adoptable(rec: Recovered, adopted: list[Any]) -> tuple[dict[int, list[tuple[int, int]]], set[int]]:

@@ -21,6 +21,7 @@ __all__ = [
     "LOG_RECORD_HEADER",
     "CHUNK_HEADER",
     "PAYLOAD_OFFSET",
+    "MAX_NAME_BYTES",
     "INDEX_RECORD_FIELDS",
     "INDEX_RECORD",
     "LogType",
@@ -90,6 +91,9 @@ CHUNK_HEADER = struct.Struct(
     f"{DIGEST_SIZE}s"  # function digest, zeros if none
     "d"  # not-before, wall clock (0 = none)
 )
+
+#: The longest type or routing key, in UTF-8 bytes, a CHUNK header holds (a u16 length each).
+MAX_NAME_BYTES = (1 << 8 * struct.calcsize("<H")) - 1
 
 PAYLOAD_OFFSET = struct.Struct(
     "<"
