@@ -587,7 +587,9 @@ class DurableQueue(QueueActorBase):
         )
 
     async def disk_usage(self) -> dict[str, int]:
-        """Bytes on disk, log segment count and index size."""
+        """Bytes on disk, log segment count and index size (once the syncs started have
+        deleted the segments they retire)."""
+        await self._syncs.idle()
         await self._unpaused()
         return {
             "disk_bytes": self._store.disk_bytes(),
