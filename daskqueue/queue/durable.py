@@ -14,7 +14,7 @@ from daskqueue.errors import ConfigurationError, PayloadTooLargeError, QueueClos
 from daskqueue.messages import error_from_exception
 from daskqueue.queue.base import TOKENS_KEPT, ChunkPayload, QueueActorBase, detach_payload
 from daskqueue.queue.core import LEASE_EXPIRED, Chunk, JournalEntry, Span, Transition
-from daskqueue.queue.syncing import LoopSyncs, answered_when_durable
+from daskqueue.queue.syncing import LoopSyncs, answers_when_durable
 from daskqueue.segment.format import MAX_NAME_BYTES, PAYLOAD_OFFSET, ChunkHeader, IndexRecord, IndexType, LogType, token_record
 from daskqueue.segment.recovery import Recovered, replay
 from daskqueue.segment.store import FsyncPolicy, SegmentStore
@@ -38,6 +38,9 @@ _RECORD_OF = {
 _OFFSET = PAYLOAD_OFFSET.size
 
 
+# Under fsync="always" these answer only once their writes are synced (off the loop).
+@answers_when_durable("put_batch", "adopt", "get_batch", "get_batch_nowait", "settle", "record_outcomes",
+                      "fetch_results", "fetch_outcomes", "workers_lost", "replay_dead", "purge", "move_out")
 class DurableQueue(QueueActorBase):
     """A queue actor whose messages survive the death of its process and cluster restarts.
 
@@ -363,7 +366,7 @@ class DurableQueue(QueueActorBase):
         if self._store.commit():  # a new interval sync is pending: the sweeper must plan it
             self._wake_sweeper()
         if self._store.fsync == "always":
-            self._syncs.start()  # the call's answer waits for it (answered_when_durable)
+            self._syncs.start()  # the call's answer waits for it (answers_when_durable)
         elif self._store.reclaim_due():
             self._syncs.start(index_only=True)
 
@@ -550,20 +553,7 @@ class DurableQueue(QueueActorBase):
             pins[seg] = pins.get(seg, 0) + 1
         return refs
 
-    # -- answers wait for their syncs (fsync="always"), off the loop ------------------------------
-
-    put_batch = answered_when_durable(QueueActorBase.put_batch)
-    adopt = answered_when_durable(QueueActorBase.adopt)
-    get_batch = answered_when_durable(QueueActorBase.get_batch)
-    get_batch_nowait = answered_when_durable(QueueActorBase.get_batch_nowait)
-    settle = answered_when_durable(QueueActorBase.settle)
-    record_outcomes = answered_when_durable(QueueActorBase.record_outcomes)
-    fetch_results = answered_when_durable(QueueActorBase.fetch_results)
-    fetch_outcomes = answered_when_durable(QueueActorBase.fetch_outcomes)
-    workers_lost = answered_when_durable(QueueActorBase.workers_lost)
-    replay_dead = answered_when_durable(QueueActorBase.replay_dead)
-    purge = answered_when_durable(QueueActorBase.purge)
-    move_out = answered_when_durable(QueueActorBase.move_out)
+    # -- closing ---------------------------------------------------------------------------------
 
     async def close(self) -> None:
         """As :meth:`QueueActorBase.close`; the syncs started before wait off the loop first

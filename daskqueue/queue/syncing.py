@@ -4,7 +4,7 @@ store's sync thread (``SegmentStore.sync_soon``), awaited where a contract needs
 On NFS or Lustre one fsync can take seconds; on the loop it would freeze the worker's
 heartbeats and every actor there. Here only the sync thread waits. The contract stays: under
 ``fsync="always"`` a call that wrote is answered only once its writes are synced
-(:func:`answered_when_durable`); syncs run in the order started; ``close`` waits for them.
+(:func:`answers_when_durable`); syncs run in the order started; ``close`` waits for them.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from daskqueue.segment.store import SegmentStore
 
-__all__ = ["LoopSyncs", "answered_when_durable"]
+__all__ = ["LoopSyncs", "answers_when_durable"]
 
 logger = logging.getLogger("daskqueue")
 
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+C = TypeVar("C", bound=type)
 
 
 class LoopSyncs:
@@ -64,14 +64,24 @@ def _log_failure(future: asyncio.Future[None]) -> None:
         logger.debug("sync failed: %s", future.exception())
 
 
-def answered_when_durable(method: F) -> F:
-    """Wrap an actor method that may write: under ``fsync="always"`` its answer waits for the
-    sync of what it wrote (on the sync thread, the loop stays free)."""
+def answers_when_durable(*names: str) -> Callable[[C], C]:
+    """Class decorator: wrap the actor methods ``names`` (inherited or not), which may write,
+    so that under ``fsync="always"`` each answer waits for the sync of what it wrote (on the
+    sync thread: the loop stays free). The instance has a :class:`LoopSyncs` as ``_syncs``."""
 
+    def decorate(cls: C) -> C:
+        for name in names:
+            setattr(cls, name, _answered_when_durable(getattr(cls, name)))
+        return cls
+
+    return decorate
+
+
+def _answered_when_durable(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     @functools.wraps(method)
     async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = await method(self, *args, **kwargs)
         await self._syncs.durable()
         return result
 
-    return call  # type: ignore[return-value]
+    return call

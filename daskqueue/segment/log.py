@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -36,6 +37,11 @@ from daskqueue.segment.format import (
 __all__ = ["LogSegment", "check_header", "header_is_blank", "os_errors", "store_error", "unlink_if_there"]
 
 _PAGE = mmap.ALLOCATIONGRANULARITY
+#: On Linux, msync(MS_SYNC) of a shared file mapping is an fdatasync of its range
+#: (mm/msync.c calls vfs_fsync_range with datasync=1): the same pages reach the disk. But
+#: ``os.fdatasync`` releases the GIL while it waits and ``mmap.flush`` does not, and a sync
+#: runs on the store's sync thread so that a slow disk stalls that thread, not the loop.
+_MSYNC_IS_FDATASYNC = sys.platform.startswith("linux")
 
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -197,7 +203,10 @@ class LogSegment:
         if end > self._synced:
             start = self._synced - self._synced % _PAGE
             with os_errors(self.path, "msync"):
-                self._map.flush(start, end - start)
+                if _MSYNC_IS_FDATASYNC:
+                    os.fdatasync(self._fd)
+                else:
+                    self._map.flush(start, end - start)
             self._synced = end
 
     def close(self) -> None:

@@ -20,14 +20,15 @@ LOOP_STALL_LIMIT_S = 0.2  # well under one slow fsync
 
 
 class SlowFsync:
-    """``os.fsync`` that sleeps first; counts the fsyncs begun and ended, and which thread
-    ran them."""
+    """``os.fsync`` (the index) that sleeps first; counts the fsyncs begun and ended, and
+    which thread ran them. ``os.fdatasync`` (a log segment's msync on Linux) sleeps too."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.begun = self.ended = 0
         self.threads: set[str] = set()
-        self._real = os.fsync
+        self._real, real_fdatasync = os.fsync, os.fdatasync
         monkeypatch.setattr(os, "fsync", self)
+        monkeypatch.setattr(os, "fdatasync", lambda fd: (time.sleep(SLOW_FSYNC_S), real_fdatasync(fd)))
 
     def __call__(self, fd: int) -> None:
         self.begun += 1
