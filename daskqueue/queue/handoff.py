@@ -157,7 +157,6 @@ class HandoffMixin:
             "tokens": self._tokens,
             "get_calls": self._get_calls,
             "task_s": self._task_s,
-            "fences": self._fences,
         }
 
     def _import_handoff(self, state: dict[str, Any]) -> None:
@@ -168,4 +167,3 @@ class HandoffMixin:
         self._tokens = state["tokens"]
         self._get_calls = state["get_calls"]
         self._task_s = state["task_s"]
-        self._fences = state["fences"]

@@ -49,9 +49,9 @@ class MovingMixin:
     _peers: dict[int, Any]
 
     def _init_moving(self) -> None:
-        # Keys moved here while one of their messages ran in the queue they came from:
-        # source queue index -> keys, fenced in the core until the source has none left.
-        self._fences: dict[int, set[str]] = {}
+        # Keys moved here while one of their messages ran in the queue they came from are
+        # fenced in the core (``core.fences``, by source) until the source has none left;
+        # this task asks the sources.
         self._fence_checker: asyncio.Task[None] | None = None
 
     async def move_out(self, nodes: list[int], typed: bool = False,
@@ -151,8 +151,7 @@ class MovingMixin:
         there)."""
         if fenced:
             self._check_serving()
-            self._core.fence(fenced)
-            self._fences.setdefault(source, set()).update(fenced)
+            self._core.fence_from(source, fenced)
             self._check_fences_soon()
         return await self.put_batch(blob, token)
 
@@ -164,7 +163,7 @@ class MovingMixin:
         return sorted(self._core.keys_present(set(keys)))
 
     def _check_fences_soon(self) -> None:
-        if self._fence_checker is None and self._fences and not self._closed:
+        if self._fence_checker is None and self._core.fences and not self._closed:
             self._fence_checker = asyncio.get_running_loop().create_task(self._check_fences())
 
     async def _check_fences(self) -> None:
@@ -173,15 +172,15 @@ class MovingMixin:
         with its worker (a transient queue's messages went with it), holds none; a durable
         one that is being reopened elsewhere is asked again once the pool says where."""
         try:
-            while self._fences and not self._closed:
+            while self._core.fences and not self._closed:
                 await asyncio.sleep(FENCE_CHECK_S)
-                for source, keys in list(self._fences.items()):
-                    held = await self._held_at(source, set(keys))  # adopt may add keys meanwhile
+                for source, keys in self._core.fences.by_source().items():
+                    held = await self._held_at(source, keys)  # adopt may add keys meanwhile
                     if held is None:
                         continue
                     if self._paused is not None:
                         await self._unpaused()
-                    self._unfence(source, keys, held[0] - held[1])
+                    self._unfence(source, held[0] - held[1])
         finally:
             self._fence_checker = None
 
@@ -201,14 +200,11 @@ class MovingMixin:
             held = set()
         return asked, held
 
-    def _unfence(self, source: int, keys: set[str], free: set[str]) -> None:
+    def _unfence(self, source: int, free: set[str]) -> None:
         """Keys ``free`` of those fenced for ``source`` may run here now."""
         if not free:
             return
-        self._core.unfence(free)
-        keys -= free
-        if not keys:
-            del self._fences[source]
+        self._core.unfence_from(source, free)
         self._notify_ready()
         self._work_changed()
 

@@ -21,6 +21,7 @@ __all__ = [
     "LOG_RECORD_HEADER",
     "CHUNK_HEADER",
     "PAYLOAD_OFFSET",
+    "MAX_NAME_BYTES",
     "INDEX_RECORD_FIELDS",
     "INDEX_RECORD",
     "LogType",
@@ -91,6 +92,9 @@ CHUNK_HEADER = struct.Struct(
     "d"  # not-before, wall clock (0 = none)
 )
 
+#: The longest type or routing key, in UTF-8 bytes, a CHUNK header holds (a u16 length each).
+MAX_NAME_BYTES = (1 << 8 * struct.calcsize("<H")) - 1
+
 PAYLOAD_OFFSET = struct.Struct(
     "<"
     "I"  # one entry of a CHUNK body's payload offsets (count + 1 of them)
@@ -132,6 +136,7 @@ class IndexType(IntEnum):
     WATERMARK = 10
     TOKEN = 11
     DEAD_DROP = 12
+    DEAD_ORDINAL = 13
 
 
 #: Bytes of a put's idempotency token; a TOKEN index record holds it in its segment and

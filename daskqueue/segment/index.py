@@ -85,10 +85,12 @@ class IndexSegment:
         self.dirty = True
 
     def sync(self) -> None:
+        """fsync the appends so far. May run on a sync thread while the owner appends: an
+        append made meanwhile marks the index dirty again, for the next sync."""
         if self.dirty:
+            self.dirty = False
             with os_errors(self.path, "fsync"):
                 os.fsync(self._fd)
-            self.dirty = False
 
     def close(self) -> None:
         if self._fd >= 0:

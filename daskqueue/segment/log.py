@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -36,6 +37,11 @@ from daskqueue.segment.format import (
 __all__ = ["LogSegment", "check_header", "header_is_blank", "os_errors", "store_error", "unlink_if_there"]
 
 _PAGE = mmap.ALLOCATIONGRANULARITY
+#: On Linux, msync(MS_SYNC) of a shared file mapping is an fdatasync of its range
+#: (mm/msync.c calls vfs_fsync_range with datasync=1): the same pages reach the disk. But
+#: ``os.fdatasync`` releases the GIL while it waits and ``mmap.flush`` does not, and a sync
+#: runs on the store's sync thread so that a slow disk stalls that thread, not the loop.
+_MSYNC_IS_FDATASYNC = sys.platform.startswith("linux")
 
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -189,12 +195,19 @@ class LogSegment:
         return offset + LOG_RECORD_HEADER.size + length
 
     def sync(self) -> None:
-        """``msync`` the bytes appended since the last sync."""
-        if self.end > self._synced:
+        """``msync`` the bytes appended since the last sync.
+
+        May run on a sync thread while the owner appends: it covers the bytes appended
+        before it read ``end``; later ones wait for the next sync."""
+        end = self.end
+        if end > self._synced:
             start = self._synced - self._synced % _PAGE
             with os_errors(self.path, "msync"):
-                self._map.flush(start, self.end - start)
-            self._synced = self.end
+                if _MSYNC_IS_FDATASYNC:
+                    os.fdatasync(self._fd)
+                else:
+                    self._map.flush(start, end - start)
+            self._synced = end
 
     def close(self) -> None:
         if self._map is not None:

@@ -64,12 +64,14 @@ class Recovered:
     """Everything a durable queue restores, and what recovery had to give up."""
 
     chunks: list[RecoveredChunk] = field(default_factory=list)
-    dead: list[tuple[int, int, bytes, int, int]] = field(default_factory=list)  # seq, attempts, error, seg, off
+    # seq, attempts, error, seg, off, ordinal; in ordinal order
+    dead: list[tuple[int, int, bytes, int, int, int]] = field(default_factory=list)
     funcs: dict[bytes, tuple[bytes, int, int]] = field(default_factory=dict)  # digest -> data, seg, off
     results: list[tuple[int, bytes, int, int]] = field(default_factory=list)  # number, blob, seg, off
     tokens: dict[bytes, tuple[int, int]] = field(default_factory=dict)  # put token -> (first, count)
     next_seq: int = 0
     next_result: int = 0
+    next_dead: int = 0  # the ordinal of the next dead letter: past every one ever written
     lost_messages: int = 0
 
 
@@ -82,7 +84,7 @@ def replay(
     out = Recovered()
     chunks: dict[int, _ChunkState] = {}
     bases: list[int] = []
-    dead_refs: list[tuple[int, int, int, int]] = []
+    dead_refs: list[tuple[int, int, int, int, int]] = []
     func_refs: list[tuple[int, int]] = []
     result_refs: dict[int, tuple[int, int]] = {}
     dropped: set[int] = set()  # dead letters purged or replayed (DEAD_DROP)
@@ -95,9 +97,10 @@ def replay(
             out.next_seq = max(out.next_seq, r.first + r.count)
         elif t in _STATE:
             out.next_seq = max(out.next_seq, r.first + r.count)
-            if t == IndexType.DEAD:
+            if t == IndexType.DEAD:  # its letters take the next ordinals, in index order
                 for k in range(r.count):
-                    dead_refs.append((r.first + k, r.attempts, r.segment, r.offset))
+                    dead_refs.append((r.first + k, r.attempts, r.segment, r.offset, out.next_dead + k))
+                out.next_dead += r.count
             chunk, rel = _find(chunks, bases, r.first)
             if chunk is None:
                 continue  # the chunk was settled and compacted away
@@ -120,6 +123,8 @@ def replay(
             out.tokens[record_token(r)] = (r.first, r.count)
         elif t == IndexType.DEAD_DROP:
             dropped.update(range(r.first, r.first + r.count))
+        elif t == IndexType.DEAD_ORDINAL:
+            out.next_dead = max(out.next_dead, r.first)
     for base in bases:
         _restore_chunk(out, base, chunks[base], read_log, report)
     if dropped:
@@ -181,17 +186,17 @@ def decode_chunk(body: bytes | memoryview) -> tuple[ChunkHeader, array, bytes]:
 
 def _load_rest(
     out: Recovered,
-    dead_refs: list[tuple[int, int, int, int]],
+    dead_refs: list[tuple[int, int, int, int, int]],
     func_refs: list[tuple[int, int]],
     result_refs: dict[int, tuple[int, int]],
     read_log: ReadLog,
     report: Callable[[CorruptRecordError], None],
 ) -> None:
     errors: dict[tuple[int, int], bytes] = {}
-    for seq, attempts, seg, off in dead_refs:
+    for seq, attempts, seg, off, ordinal in dead_refs:
         if (seg, off) not in errors:
             errors[(seg, off)] = _read_or(read_log, report, seg, off, b"daskqueue.LostError\x00error text lost to corruption\x00")
-        out.dead.append((seq, attempts, errors[(seg, off)], seg, off))
+        out.dead.append((seq, attempts, errors[(seg, off)], seg, off, ordinal))
     for seg, off in func_refs:
         body = _read_or(read_log, report, seg, off, None)
         if body is not None:

@@ -5,7 +5,10 @@ Owns the files; knows nothing of queues. Callers append log records and index re
 settings"). Segments are pinned by the live records they hold and deleted when unpinned.
 
 Not thread-safe: one owner at a time calls it: the queue actor on its event loop, or the
-queue's compaction thread while the queue is paused (``QueueActorBase._run_paused``).
+queue's compaction thread while the queue is paused (``QueueActorBase._run_paused``). The one
+exception is syncing: ``sync_soon`` runs the msyncs and fsyncs on the store's own sync thread
+(one, so syncs stay in order) while the owner goes on appending; a slow disk (NFS, Lustre)
+then stalls that thread, not the owner's event loop.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import fcntl
 import logging
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Literal
 
 from daskqueue import defaults
@@ -96,6 +100,7 @@ class SegmentStore:
         self.dir_mode = dir_mode
         self.file_mode = dir_mode & 0o666
         self._failed: StoreError | None = None  # a failed write-back or roll-back: stop writing
+        self._executor: ThreadPoolExecutor | None = None  # the sync thread, from the first sync_soon
         self._open_directory()
         try:
             self._open_files()
@@ -326,20 +331,13 @@ class SegmentStore:
     # -- durability ---------------------------------------------------------------------------
 
     def commit(self) -> bool:
-        """End of one call's writes: sync now under ``always``; otherwise leave it to
-        ``sync_due_in()`` / ``sync()``.
+        """End of one call's writes. Under ``always`` the owner syncs (``sync_soon``) before
+        it answers the call; under ``never``, when ``reclaim_due()``, it syncs the index so a
+        retired segment can go; under ``interval`` it follows ``sync_due_in()``.
 
         Returns True when an ``interval`` sync became due that the owner has not been told
         about since the last sync (whoever ran it): the owner must then schedule one.
         """
-        if self.fsync == "always":
-            self.sync()
-            return False
-        if self.fsync == "never" and self._deletable():
-            # Reclaim disk under every policy: one index fsync per retired segment makes the
-            # records that settled its last messages durable, then it can go.
-            self._write_back(self._index.sync)
-            self._delete_unpinned()
         if self.fsync == "interval" and self._dirty_since is not None and not self._sync_scheduled:
             self._sync_scheduled = True
             return True
@@ -351,19 +349,75 @@ class SegmentStore:
             return None
         return max(0.0, self._dirty_since + self.fsync_interval_s - time.monotonic())
 
+    @property
+    def unsynced(self) -> bool:
+        """Whether something was written since the last sync began."""
+        return self._dirty_since is not None
+
+    def reclaim_due(self) -> bool:
+        """Under ``never``: a retired segment waits for an index sync to be deleted (disk is
+        reclaimed under every policy, at one index fsync per retired segment)."""
+        return self.fsync == "never" and bool(self._deletable())
+
     def sync(self) -> None:
-        """msync the log appends, fsync the index, then delete segments left unpinned.
+        """msync the log appends, fsync the index, then delete segments left unpinned;
+        return once done, after every sync started before (``sync_soon``).
 
         A failure (:class:`StoreIOError`, or :class:`StoreFullError` from a file system that
         allocates at write-back) makes the store refuse every later write: the kernel may have
         dropped the pages it could not write, so only a reopen knows what is on disk.
         """
-        for segment in self._segments.values():
-            self._write_back(segment.sync)
-        self._write_back(self._index.sync)
+        job = self._sync_job(index_only=False)
+        if self._executor is None:
+            job()
+        else:
+            self._executor.submit(job).result()
+
+    def sync_soon(self, *, index_only: bool = False) -> Future[None]:
+        """Start a sync of everything written so far on the store's sync thread and return
+        its future: the caller's thread (an event loop) does not wait for the disk.
+
+        Syncs run one at a time, in the order started; each covers the writes made before it
+        started (later ones wait for the next). Segments retired by then are deleted by the
+        sync, after the index fsync; the store stops tracking them at once. ``index_only``:
+        fsync the index alone (what ``reclaim_due`` asks for).
+        """
+        job = self._sync_job(index_only=index_only)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="daskqueue-sync")
+        return self._executor.submit(job)
+
+    def _sync_job(self, *, index_only: bool) -> Callable[[], None]:
+        """What a sync does, snapshotted on the owner's thread: the segments to msync, the
+        index, and the retired segments (handed to the job, which deletes them)."""
+        doomed = [self._segments.pop(n) for n in self._deletable() if n in self._segments]
+        self._forget_unpinned()
+        segments = [] if index_only else list(self._segments.values())
+        index = self._index
         self._dirty_since = None
         self._sync_scheduled = False
-        self._delete_unpinned()
+
+        def job() -> None:
+            try:
+                for segment in segments:
+                    self._write_back(segment.sync)
+                self._write_back(index.sync)
+            except BaseException:
+                for segment in doomed:
+                    segment.close()  # a next open deletes what is left (no pins)
+                raise
+            # After the index fsync: the records that settled these segments' last messages
+            # are on disk, so no recovery will look for them.
+            for segment in doomed:
+                segment.close()
+                _unlink_or_warn(segment.path)
+
+        return job
+
+    def wait_for_syncs(self) -> None:
+        """Return once every sync started has ended (blocks the caller)."""
+        if self._executor is not None:
+            self._executor.submit(lambda: None).result()
 
     # -- segment lifetimes --------------------------------------------------------------------
 
@@ -394,14 +448,7 @@ class SegmentStore:
             if n != self.active.number and not self._pins.get(n) and n not in self._retained
         )
 
-    def _delete_unpinned(self) -> None:
-        # Called after the index fsync: the records that settled these segments' last
-        # messages are on disk, so no recovery will look for them.
-        for number in self._deletable():
-            segment = self._segments.pop(number, None)
-            if segment is not None:
-                segment.close()
-                _unlink_or_warn(segment.path)  # a next open deletes what is left (no pins)
+    def _forget_unpinned(self) -> None:
         # An active segment emptied while active stays a candidate for when a rollover
         # retires it; retained ones come back with the pins compaction resets.
         active = self.active.number
@@ -458,6 +505,9 @@ class SegmentStore:
             if getattr(self, "_index", None) is not None and self._segments and self._failed is None:
                 self.sync()
         finally:
+            if getattr(self, "_executor", None) is not None:
+                self._executor.shutdown(wait=True)  # a failed sync: the ones before it end first
+                self._executor = None
             for segment in self._segments.values():
                 segment.close()
             self._segments.clear()

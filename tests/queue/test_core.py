@@ -12,8 +12,7 @@ import math
 
 import pytest
 
-from daskqueue.queue.core import LEASE_EXPIRED, Chunk, QueueCore
-from daskqueue.segment.format import IndexType
+from daskqueue.queue.core import LEASE_EXPIRED, Chunk, QueueCore, Transition
 
 LEASE_TIMEOUT_S = 10.0
 MAX_RETRIES = 2
@@ -93,7 +92,7 @@ def settle_acking(core, lease_id, **kwargs):
     core.core.journal = []
     result = core.settle(lease_id, **kwargs)
     entries, core.core.journal = core.journal, None
-    return result, span_seqs([e.span for e in entries if e.kind == IndexType.ACK])
+    return result, span_seqs([e.span for e in entries if e.kind == Transition.ACK])
 
 
 # -- put and get --------------------------------------------------------------------------------
@@ -903,7 +902,7 @@ def journal_of(core) -> list[tuple]:
     entries, core.core.journal = core.journal, []
     out = []
     for e in entries:
-        extra = {IndexType.RETRY: (e.time,), IndexType.DEAD: (e.error,)}.get(e.kind, ())
+        extra = {Transition.RETRY: (e.time,), Transition.DEAD: (e.error,)}.get(e.kind, ())
         out.append((e.kind, e.span.first_seq, e.span.count, e.span.attempts, *extra))
     return out
 
@@ -919,7 +918,7 @@ def test_journal_records_each_leased_span(core):
     put(core, 2)
     put(core, 3)
     core.get_batch(4, now=0.0)
-    assert journal_of(core) == [(IndexType.LEASE, 0, 2, 0), (IndexType.LEASE, 2, 2, 0)]
+    assert journal_of(core) == [(Transition.LEASE, 0, 2, 0), (Transition.LEASE, 2, 2, 0)]
 
 
 def test_journal_records_the_releases_and_acks_of_a_settle(core):
@@ -927,7 +926,7 @@ def test_journal_records_the_releases_and_acks_of_a_settle(core):
     lease = core.get_batch(4, now=0.0)
     core.core.journal = []
     core.settle(lease.lease_id, done=2, now=0.0)
-    assert journal_of(core) == [(IndexType.RELEASE, 2, 2, 0), (IndexType.ACK, 0, 2, 0)]
+    assert journal_of(core) == [(Transition.RELEASE, 2, 2, 0), (Transition.ACK, 0, 2, 0)]
 
 
 def test_journal_records_a_retry_with_its_new_attempts_and_due_time(core):
@@ -935,7 +934,7 @@ def test_journal_records_a_retry_with_its_new_attempts_and_due_time(core):
     lease = core.get_batch(1, now=3.0)
     core.core.journal = []
     core.settle(lease.lease_id, done=1, errors={0: b"e"}, now=3.0)
-    assert journal_of(core) == [(IndexType.RETRY, 0, 1, 1, 3.0 + BACKOFF_BASE_S)]
+    assert journal_of(core) == [(Transition.RETRY, 0, 1, 1, 3.0 + BACKOFF_BASE_S)]
 
 
 def test_journal_records_a_dead_letter_with_its_error(core):
@@ -943,7 +942,7 @@ def test_journal_records_a_dead_letter_with_its_error(core):
     lease = core.get_batch(1, now=0.0)
     core.core.journal = []
     core.settle(lease.lease_id, done=1, errors={0: b"bad"}, fatal={0}, now=0.0)
-    assert journal_of(core) == [(IndexType.DEAD, 0, 1, 1, b"bad")]
+    assert journal_of(core) == [(Transition.DEAD, 0, 1, 1, b"bad")]
 
 
 def test_journal_records_an_expired_lease_as_retries(core):
@@ -951,7 +950,7 @@ def test_journal_records_an_expired_lease_as_retries(core):
     core.get_batch(2, now=0.0)
     core.core.journal = []
     core.expire(now=LEASE_TIMEOUT_S)
-    assert journal_of(core) == [(IndexType.RETRY, 0, 2, 1, LEASE_TIMEOUT_S + BACKOFF_BASE_S)]
+    assert journal_of(core) == [(Transition.RETRY, 0, 2, 1, LEASE_TIMEOUT_S + BACKOFF_BASE_S)]
 
 
 def test_journal_records_nothing_for_a_rejected_settle(core):

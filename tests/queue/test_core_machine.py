@@ -26,8 +26,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from daskqueue.queue.core import LEASE_EXPIRED, QueueCore
-from daskqueue.segment.format import IndexType
+from daskqueue.queue.core import LEASE_EXPIRED, QueueCore, Transition
 
 LEASE_TIMEOUT_S = 1.0
 BACKOFF_BASE_S = 0.125
@@ -227,7 +226,7 @@ class QueueCoreMachine(RuleBasedStateMachine):
                 acked.append(seq)
         m.total_acked += len(acked)
         m.release(seqs[done:])
-        acked_spans = [e.span for e in new_entries if e.kind == IndexType.ACK]
+        acked_spans = [e.span for e in new_entries if e.kind == Transition.ACK]
         assert [s.chunk.base_seq + i for s in acked_spans for i in range(s.start, s.stop)] == acked
         assert (result.n_acked, result.n_retried, result.n_dead, result.n_released) == (
             len(acked),
@@ -329,17 +328,17 @@ class QueueCoreMachine(RuleBasedStateMachine):
         entries, self.core.journal = self.core.journal, []
         m = self.model
         states = {
-            IndexType.LEASE: LEASED, IndexType.RELEASE: "waiting", IndexType.RETRY: "waiting",
-            IndexType.ACK: ACKED, IndexType.DEAD: DEAD,
+            Transition.LEASE: LEASED, Transition.RELEASE: "waiting", Transition.RETRY: "waiting",
+            Transition.ACK: ACKED, Transition.DEAD: DEAD,
         }
         for entry in entries:
             span = entry.span
             for i in range(span.start, span.stop):
                 seq = span.chunk.base_seq + i
                 self.journaled[seq] = (states[entry.kind], span.attempts)
-                if entry.kind == IndexType.RETRY:
+                if entry.kind == Transition.RETRY:
                     assert entry.time == m.msgs[seq].not_before
-                elif entry.kind == IndexType.DEAD:
+                elif entry.kind == Transition.DEAD:
                     assert (seq, span.attempts, entry.error) in m.dead
         waiting = {READY: "waiting", DELAYED: "waiting"}
         expected = {s: (waiting.get(msg.state, msg.state), msg.attempts) for s, msg in m.msgs.items()}

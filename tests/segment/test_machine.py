@@ -48,7 +48,8 @@ from daskqueue.segment.format import INDEX_RECORD, IndexRecord, IndexType, check
 from daskqueue.serialize import Group, decode_delivery, encode_put, encode_settle, pack_payloads
 from tests.segment.helpers import crash
 
-T0 = 1_700_000_000.0  # the fake wall clock starts here; every step is a binary fraction
+T0 = 1_700_000_000.0  # the fake clock starts here; every step is a binary fraction
+WALL_SHIFT_S = 2.0**20  # the fake wall clock reads this much more (exact in floats)
 LEASE_TIMEOUT_S = 30.0
 BACKOFF_MAX_S = 16.0
 MAX_SEGMENT_BYTES = 65536
@@ -96,6 +97,10 @@ def clocked_queue_class(clock: list[float]) -> type[DurableQueue]:
         @staticmethod
         def _now() -> float:  # also read by __init__ (recovery)
             return clock[0]
+
+        @staticmethod
+        def _wall() -> float:  # persisted times: another origin, advancing with the clock
+            return clock[0] + WALL_SHIFT_S
 
     return ClockedDurableQueue
 
@@ -566,7 +571,7 @@ class DurableQueueMachine(RuleBasedStateMachine):
                     m.state = READY
         self.leases.clear()
         self.stale.clear()
-        self.dead_cursor, self.dead_seen = 0, set()  # a new client starts from 0
+        # The client keeps its dead-letter cursor across the reopen (as a running map does).
         assert self.run(q.get_functions(sorted(FUNCS))) == self.funcs
         # Every pending payload was read back from the log: each must be intact.
         for span, _ in q._core.live_spans():
@@ -597,11 +602,11 @@ class DurableQueueMachine(RuleBasedStateMachine):
         dead = {d.seq: (d.attempts, d.error) for d in core.dead}
         assert len(dead) == len(core.dead), "a dead letter is listed twice"
         assert dead == {seq: (m.attempts, m.error) for seq, m in self.msgs.items() if m.state == DEAD}
-        for not_before, _, span in core._delayed:
+        for not_before, span in core.delayed():
             for i in range(span.start, span.stop):
                 assert self.msgs[span.chunk.base_seq + i].due == not_before
         # The held leases: same messages in the same order, same deadline.
-        assert sorted(core._leases) == sorted(self.leases)
+        assert sorted(lease.lease_id for lease in core.leases()) == sorted(self.leases)
         for lease_id, lease in self.leases.items():
             held = core.lease(lease_id)
             seqs = [s.chunk.base_seq + i for s in held.spans for i in range(s.start, s.stop)]

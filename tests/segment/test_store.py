@@ -177,7 +177,15 @@ async def test_failed_msync_is_a_typed_error_and_nothing_acked_is_lost(tmp_path,
                 raise OSError(errno.EIO, "Input/output error")
             return super().flush(*args)
 
+    real_fdatasync = os.fdatasync
+
+    def flaky_fdatasync(fd):  # what a segment's msync is on Linux (see segment/log.py)
+        if failing:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_fdatasync(fd)
+
     monkeypatch.setattr(mmap, "mmap", FlakyMap)
+    monkeypatch.setattr(os, "fdatasync", flaky_fdatasync)
     q = open_queue(tmp_path, fsync="always")
     await put(q, ["a"])
     failing.append(True)
