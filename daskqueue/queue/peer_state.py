@@ -100,9 +100,12 @@ class PeerBoard:
         return True
 
     def forget_work(self, indices: Iterable[int]) -> None:
-        """These peers are gone (their workers died): their work is not where a consumer can go."""
+        """These peers are gone (their workers died): their work is not where a consumer can
+        go, and their counts per type are not counted (their running batches died with their
+        consumers; a reopened peer reports its ready ones afresh)."""
         for i in indices:
             self.work_at.pop(i, None)
+            self._reports.pop(i, None)
 
     def better_than(self, here: int | None, ignore: Iterable[Any] | None,
                     min_priority: int | None = None) -> list[tuple[int, int]]:

@@ -72,6 +72,18 @@ def test_lost_peers_work_is_forgotten():
     assert list(b.work_at) == [2]
 
 
+def test_a_lost_peers_type_counts_are_not_counted_until_it_reports_again():
+    """A dead peer's running batches died with its consumers, and its ready messages come
+    back in its reopened successor's report: counting the old report too would double them."""
+    b = board()
+    b.report(1, {"a": (5, 2)}, now=10.0)
+    b.report(2, {"a": (1, 1)}, now=10.0)
+    b.forget_work([1])
+    assert b.totals(now=10.5) == ({"a": 1}, {"a": 1})
+    b.report(1, {"a": (5, 0)}, now=10.6)  # the reopened queue 1
+    assert b.totals(now=10.7) == ({"a": 6}, {"a": 1})
+
+
 def test_a_reopened_peers_announcements_number_above_its_predecessors():
     """Issue 21: a queue reopened elsewhere is a new board with a later epoch; a peer that
     heard its predecessor's last announcement takes the successor's, not drops them."""
