@@ -4,7 +4,9 @@ Home queue first; then the queues the home queue last said have work (hints, whi
 queues tell each other); a long poll of home when there is nothing to do, so that an idle
 consumer makes one call per ``idle_poll_s`` however many queues there are. A queue that
 fails is skipped for ``QUEUE_RETRY_S``; an announcement found stale (the queue was drained
-by another consumer since) is ignored for a poll interval. Event-loop only.
+by another consumer since) is ignored for a poll interval. What is known of a queue that
+moved (reopened or handed off elsewhere) is of its old actor: a failure of a call made to
+the old one does not make the new one skipped. Event-loop only.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class FetchPolicy:
         self._general, self._reserved = _Hints(), _Hints()
         self._home_idle = self._reserved_idle = False
         self._down_until: dict[int, float] = {}  # queue index -> monotonic time to retry
+        self._moves: dict[int, int] = {}  # queue index -> how many times it moved (queue_back)
         self.set_home(home)
 
     def set_home(self, home: int) -> None:
@@ -86,10 +89,14 @@ class FetchPolicy:
         self._order = idx[k:] + idx[:k]
         for i in [i for i in self._down_until if i not in queues]:
             del self._down_until[i]
+        for i in [i for i in self._moves if i not in queues]:
+            del self._moves[i]
 
     def queue_back(self, slot: int) -> None:
-        """Queue ``slot`` is usable again (it moved): stop skipping it."""
+        """Queue ``slot`` is usable again (it moved): stop skipping it, and take no failure
+        of a call made before the move for one of its new actor."""
         self._down_until.pop(slot, None)
+        self._moves[slot] = self._moves.get(slot, 0) + 1
 
     async def fetch(self) -> Batch | None:
         """One fetch for the general slots: the hinted queues, then a long poll of home
@@ -198,6 +205,7 @@ class FetchPolicy:
         if self.is_down(slot):
             return None
         self._counters.fetch_calls += 1
+        moves = self._moves.get(slot, 0)
         try:
             args: tuple[Any, ...] = (n, wait_s, self.owner)
             if min_priority is not None or sizes is not None or hints:
@@ -207,6 +215,12 @@ class FetchPolicy:
             blob = await self._calls.call(slot, "get_batch", *args, wait_s=wait_s,
                                           on_late=functools.partial(self._give_back_late, slot))
         except Exception as e:
+            if self._moves.get(slot, 0) != moves:
+                # The call went to the queue's old actor (its worker died, typically): the
+                # queue moved meanwhile, and its new actor is not down.
+                logger.debug("consumer %d: a call to queue %d failed after it moved (%s: %s)",
+                             self.index, slot, type(e).__name__, e)
+                return None
             if slot not in self._down_until:
                 logger.warning(
                     "consumer %d: queue slot %d failed (%s: %s); skipping it for %g s",

@@ -6,6 +6,17 @@ turn) and, in a typed pool, their counts per type (*gossip*: what fair shares an
 of). :class:`PeerBoard` holds both directions of that talk and decides what to say and where a
 consumer should go; the actor side (:mod:`daskqueue.queue.peers`) does the calls and passes the
 time in. Tested directly in ``tests/queue/test_peer_state.py``.
+
+Announcement numbers are ordered across a queue's incarnations: a queue reopened elsewhere
+(its worker died) or handed off is a new actor with the same index, and a peer that heard
+the old one must not take the new one's announcements for older ones (issue 21: it dropped
+them all, and no consumer went to the reopened queue). So each incarnation numbers its
+announcements from its *epoch* (the actor passes the microsecond of its start: it makes at
+most ``1 / WORK_ANNOUNCE_S`` announcements a second, far fewer than the microseconds that
+pass, so a successor starts above its predecessor's last number while the workers' clocks
+agree to within the predecessor's lifetime). Should they not, a peer that heard a higher
+number from this index says so with its own announcements (:meth:`PeerBoard.last_heard`),
+and this queue jumps above it (:meth:`PeerBoard.heard_of_me`) and announces afresh.
 """
 
 from __future__ import annotations
@@ -29,7 +40,8 @@ class PeerBoard:
     Not thread-safe: its owner (a queue actor) uses it from the worker's event loop only.
     """
 
-    def __init__(self, index: int, *, announce_every_s: float = WORK_ANNOUNCE_S, stale_after_s: float = 3.0) -> None:
+    def __init__(self, index: int, *, epoch: int = 0, announce_every_s: float = WORK_ANNOUNCE_S,
+                 stale_after_s: float = 3.0) -> None:
         self.index = index
         self.announce_every_s = announce_every_s
         self.stale_after_s = stale_after_s
@@ -37,7 +49,9 @@ class PeerBoard:
         self.work_at: dict[int, tuple[int, int]] = {}
         self._heard: dict[int, int] = {}  # peer index -> the number of its latest announcement
         self.announced: Any = UNTOLD  # the top priority last told the peers (None: no work)
-        self.announcements = 0  # how many this queue made (each peer keeps the latest number)
+        #: the number of this queue's last announcement (its epoch before the first; each
+        #: peer keeps the latest number it heard, and ignores lower ones)
+        self.number = epoch
         self._announced_at = -float("inf")
         self._went_empty = False
         self._reports: dict[int, tuple[float, Counts]] = {}  # peer index -> (when, its counts)
@@ -49,6 +63,10 @@ class PeerBoard:
         current state afresh (a moved peer starts knowing nothing)."""
         keep = set(peers)
         self.work_at = {i: v for i, v in self.work_at.items() if i in keep}
+        # What was heard of a peer that moved is kept: its successor numbers above it (see
+        # the module's docstring), and an announcement of the successor heard before this
+        # call must not be lost.
+        self._heard = {i: n for i, n in self._heard.items() if i in keep}
         self.announced = UNTOLD
 
     def heard(self, index: int, top_priority: int | None, number: int = 0) -> bool:
@@ -64,10 +82,30 @@ class PeerBoard:
         self.work_at[index] = (number, top_priority)
         return True
 
+    def last_heard(self, index: int) -> int:
+        """The number of the latest announcement heard from peer ``index`` (0: none), sent
+        along with this queue's own announcements to that peer (see :meth:`heard_of_me`)."""
+        return self._heard.get(index, 0)
+
+    def heard_of_me(self, seen: int) -> bool:
+        """A peer heard announcement number ``seen`` from this queue's index: if that is above
+        this queue's own count, an earlier incarnation made it (a clock behind the
+        predecessor's), and the peer ignores this one's announcements until they number
+        higher. Returns whether that was so: this queue's numbers then continue above
+        ``seen`` and its state is news to every peer again (announce it)."""
+        if seen <= self.number:
+            return False
+        self.number = seen
+        self.announced = UNTOLD
+        return True
+
     def forget_work(self, indices: Iterable[int]) -> None:
-        """These peers are gone (their workers died): their work is not where a consumer can go."""
+        """These peers are gone (their workers died): their work is not where a consumer can
+        go, and their counts per type are not counted (their running batches died with their
+        consumers; a reopened peer reports its ready ones afresh)."""
         for i in indices:
             self.work_at.pop(i, None)
+            self._reports.pop(i, None)
 
     def better_than(self, here: int | None, ignore: Iterable[Any] | None,
                     min_priority: int | None = None) -> list[tuple[int, int]]:
@@ -108,8 +146,8 @@ class PeerBoard:
     def announce(self, top: int | None, now: float) -> int:
         """Record that the peers are told ``top`` now; returns the announcement's number."""
         self.announced, self._announced_at, self._went_empty = top, now, False
-        self.announcements += 1
-        return self.announcements
+        self.number += 1
+        return self.number
 
     # -- typed pools: the peers' counts per type -----------------------------------------------
 

@@ -38,7 +38,9 @@ class PeersMixin:
     _ready_event: asyncio.Event | None
 
     def _init_peers(self) -> None:
-        self._board = PeerBoard(self.index, stale_after_s=defaults.TYPE_GOSSIP_STALE_S)
+        # The epoch: this incarnation's announcements number above its predecessors' (see
+        # daskqueue.queue.peer_state), the one clock read the board's numbering takes.
+        self._board = PeerBoard(self.index, epoch=time.time_ns() // 1000, stale_after_s=defaults.TYPE_GOSSIP_STALE_S)
         self._slots: dict[str, int] = {}  # consumer pool -> batches it runs at once
         self._peers: dict[int, Any] = {}  # queue index -> handle, every other queue of the pool
         self._announcer: asyncio.Task[None] | None = None
@@ -69,13 +71,19 @@ class PeersMixin:
         self._board.keep_only(self._peers)
         self._work_changed()
 
-    async def work_at(self, index: int, top_priority: int | None, number: int = 0) -> None:
+    async def work_at(self, index: int, top_priority: int | None, number: int = 0, seen: int = 0) -> None:
         """Queue ``index`` of the pool has ready messages now, the highest of priority
         ``top_priority`` (None: it has none left), said in its announcement ``number`` (a
         consumer that found the queue empty after all ignores that announcement, not the
-        next one)."""
+        next one). ``seen``: the latest announcement number that queue heard from this
+        one's index (an earlier incarnation's may be above this one's own: then this one
+        numbers on above it and announces afresh, or that queue would ignore it)."""
         if self._board.heard(index, top_priority, number) and self._ready_event is not None:
             self._notify_ready()  # a consumer idle on this queue may go there
+        if seen and self._board.heard_of_me(seen):
+            logger.info("queue %d: queue %d heard announcement %d of an earlier incarnation of this "
+                        "queue; numbering on above it", self.index, index, seen)
+            self._work_changed()
 
     async def peer_counts(self, index: int, counts: dict[Any, tuple[int, int]]) -> None:
         """Queue ``index`` of the pool has these ready messages and running batches per type."""
@@ -110,7 +118,8 @@ class PeersMixin:
             if not self._board.news(top):
                 return
             number = self._board.announce(top, time.monotonic())
-            await self._tell_peers("work_at", self.index, top, number)
+            await self._call_peers({i: p.work_at(self.index, top, number, self._board.last_heard(i))
+                                    for i, p in self._peers.items()}, "work_at")
         finally:
             self._announcer = None
         if self._board.news(self._work_for_others()) and not self._closed:
@@ -137,9 +146,13 @@ class PeersMixin:
             await self._tell_peers("peer_counts", self.index, counts)
 
     async def _tell_peers(self, method: str, *args: Any) -> None:
-        """Call ``method(*args)`` on every peer at once, waiting at most a second: a peer
-        that does not answer is skipped (what it misses goes stale, see its readers)."""
-        calls = [asyncio.ensure_future(getattr(p, method)(*args)) for p in self._peers.values()]
+        """Call ``method(*args)`` on every peer at once (see :meth:`_call_peers`)."""
+        await self._call_peers({i: getattr(p, method)(*args) for i, p in self._peers.items()}, method)
+
+    async def _call_peers(self, calls_by_peer: dict[int, Any], method: str) -> None:
+        """Await the peers' calls (peer index -> awaitable) at once, waiting at most a second:
+        a peer that does not answer is skipped (what it misses goes stale, see its readers)."""
+        calls = [asyncio.ensure_future(c) for c in calls_by_peer.values()]
         if not calls:
             return
         done, pending = await asyncio.wait(calls, timeout=defaults.TYPE_GOSSIP_STALE_S / 3)

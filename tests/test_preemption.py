@@ -1,0 +1,102 @@
+"""A preemption in the middle of a durable ``map``: a worker's whole job (its nanny with it,
+as ``scancel`` does) is killed, nothing replaces it, and the run must still finish.
+
+The workers are real ``dask worker`` processes, each in its own process group (a nanny and
+its worker, like one SLURM job), beside an in-process scheduler: a ``LocalCluster``'s nanny
+lives in the test process and would restart the killed worker, hiding the bug this guards
+(issue 21: the queue reopened on the survivor numbered its work announcements from 1 again,
+the survivor's queue dropped them as older than the dead one's, and its consumer never
+looked at the reopened queue).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from distributed import Client, LocalCluster
+
+from daskqueue import ConsumerPool, QueuePool
+from tests.helpers import wait_until
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def slow_identity(x):
+    """A task of about two milliseconds that returns its argument."""
+    time.sleep(0.002)
+    return x
+
+
+@pytest.fixture
+def jobs():
+    """Start ``n`` worker jobs (nanny + worker, each job its own process group) on a fresh
+    in-process scheduler: ``(client, [Popen])``. Every job still alive is killed after the test."""
+    made: list[tuple[LocalCluster, Client, list[subprocess.Popen]]] = []
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def start(n: int) -> tuple[Client, list[subprocess.Popen]]:
+        cluster = LocalCluster(n_workers=0, dashboard_address=":0", host="127.0.0.1")
+        client = Client(cluster)
+        procs = [
+            subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
+                              "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
+                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+            for _ in range(n)
+        ]
+        made.append((cluster, client, procs))
+        client.wait_for_workers(n, timeout=120)
+        return client, procs
+
+    yield start
+    for cluster, client, procs in reversed(made):
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=30)
+        client.close(timeout=10)
+        cluster.close(timeout=10)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_job_killed_mid_map_with_no_replacement_does_not_hang_the_map(jobs, tmp_path, n):
+    client, procs = jobs(n)
+    qp = QueuePool(client, n, durability="durable", dirpath=tmp_path / "pool", fsync="never")
+    cp = ConsumerPool(client, qp)  # the default: one consumer per worker
+    cp.start()
+    items = list(range(1500 * n))
+    out: dict[str, object] = {}
+
+    def run_map():
+        try:
+            out["results"] = qp.map(slow_identity, items, timeout_s=90)
+        except BaseException as e:  # reported by the assertions below
+            out["error"] = e
+
+    mapper = threading.Thread(target=run_map, daemon=True)
+    mapper.start()
+    try:
+        wait_until(lambda: "error" in out or sum(s.total_acked for s in qp.stats()) >= 200 * n,
+                   timeout_s=90, interval_s=0.02)
+        assert "error" not in out, out.get("error")
+        # The job of the worker holding the last queue: its nanny and worker, by process group.
+        victim = qp.queues[n - 1]._address
+        pids = client.run(os.getpid)
+        [job] = [p for p in procs if p.pid == os.getpgid(pids[victim])]
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(timeout=30)
+        mapper.join(timeout=120)
+        assert not mapper.is_alive(), "map did not return"
+        assert "error" not in out, out.get("error")
+        assert out["results"] == items  # every result, once each, in input order
+        assert qp.queues[n - 1]._address != victim  # the queue was reopened on a survivor
+    finally:
+        cp.close()
+        qp.close()
