@@ -111,7 +111,6 @@ def test_a_map_of_a_few_thousand_noops_on_two_jobs_returns_results_in_order(slur
     qp.close()
 
 
-@pytest.mark.xfail(reason="issue 21 point 1: reopened queue's announcements dropped as stale", strict=False)
 @pytest.mark.timeout(150)
 def test_scancel_of_a_job_mid_durable_map_loses_and_repeats_nothing(slurm_cluster, tmp_path):
     """The README's shape on two jobs: 2 durable queues, the default ConsumerPool (one consumer
