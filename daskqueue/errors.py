@@ -8,7 +8,7 @@ One root, :class:`DaskQueueError`, then groups by who caused the error:
   :class:`LeaseExpiredError`);
 * the queue's worker is gone (:class:`QueueLostError`), or the whole cluster with its
   scheduler (:class:`SchedulerLostError`); no consumer runs the work (:class:`NoConsumersError`);
-* waiting ran out (:class:`JoinTimeoutError`);
+* waiting ran out (:class:`JoinTimeoutError`; a queue that does not answer a call: :class:`CallTimeoutError`);
 * the durable store's files or disk refuse (:class:`StoreError` and its leaves);
 * user code failed on a worker (:class:`RemoteTaskError`), or killed the process running it
   (:class:`KilledWorkerError`, as the ``exc_type`` of a ``RemoteTaskError``).
@@ -35,6 +35,7 @@ __all__ = [
     "LeaseExpiredError",
     "TimeLimitExceeded",
     "JoinTimeoutError",
+    "CallTimeoutError",
     "RemoteTaskError",
     "StoreError",
     "StoreLockedError",
@@ -234,6 +235,21 @@ class JoinTimeoutError(DaskQueueError, TimeoutError):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (JoinTimeoutError, (self.timeout_s, self.counts))
+
+
+class CallTimeoutError(DaskQueueError, TimeoutError):
+    """A queue did not answer a call in time while its worker still counted as alive (its
+    event loop blocked, or the worker overloaded). ``join``, ``map`` and ``result`` report
+    their own timeouts as :class:`JoinTimeoutError`; this is the others' (``stats``, ...)."""
+
+    def __init__(self, queue_index: int, method: str, timeout_s: float) -> None:
+        super().__init__(f"queue {queue_index} did not answer {method}() within {timeout_s:g} s")
+        self.queue_index = queue_index
+        self.method = method
+        self.timeout_s = timeout_s
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (CallTimeoutError, (self.queue_index, self.method, self.timeout_s))
 
 
 # -- user code ------------------------------------------------------------------------------------

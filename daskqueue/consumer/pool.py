@@ -26,12 +26,9 @@ from daskqueue.consumer.base import ConsumerBase, ConsumerStats, Isolation
 from daskqueue.consumer.general import GeneralConsumer
 from daskqueue.errors import (
     ConfigurationError,
-    JoinTimeoutError,
-    NoConsumersError,
-    QueueMovedError,
     RemoteTaskError,
 )
-from daskqueue.membership import membership
+from daskqueue import membership_use
 from daskqueue.queue.handles import call_all, free_actor, queue_ref
 from daskqueue.compat import deprecated
 from daskqueue.opening import OpensOnAwait
@@ -148,13 +145,13 @@ class ConsumerPool(OpensOnAwait):
         self._next_index = 0
         self._started = False
         self._closed = False
-        self._id = uuid.uuid4().hex  # how the queues of a typed pool tell our slots apart
+        self.id = uuid.uuid4().hex  # how the queues of a typed pool tell our slots apart
         self.replaced = 0
         self._open_now_or_on_await(client, lambda: self._open(n_consumers))
 
     def _open(self, n_consumers: int | None) -> None:
         client, queue_pool = self.client, self.queue_pool
-        self._membership = membership(client)
+        self._membership = membership_use.use(client)
         workers = self._membership.placeable()
         if not workers:
             raise ConfigurationError("the client's cluster has no workers")
@@ -162,7 +159,7 @@ class ConsumerPool(OpensOnAwait):
         futures = [self._spawn(workers[i % len(workers)], strict=self.per_worker) for i in range(count)]
         self._members = [self._await_member(i, f) for i, f in futures]
         self._membership.add_listener(self)
-        queue_pool._attach(self)
+        queue_pool.attach(self)
         registry.register_consumers(self)
         atexit_close.track(self)
 
@@ -215,7 +212,7 @@ class ConsumerPool(OpensOnAwait):
         index, future = self._spawn(worker, strict=strict)
         try:
             member = self._await_member(index, future)
-            dead = sorted(set(self.queue_pool._lost.values()))
+            dead = self.queue_pool.lost_addresses()
             if dead:  # it must not spend its calls on queues already known lost
                 member.handle.workers_lost(dead).result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
             if self._started:
@@ -245,7 +242,7 @@ class ConsumerPool(OpensOnAwait):
         the queue pool), tell the others, and keep the pool at strength."""
         if self._closed:
             return
-        going = self._let_go_retiring(retiring)
+        going = self.on_workers_retiring(retiring)
         with self._lock:
             lost = [m for m in self._members if m.address in left]
             self._members = [m for m in self._members if m.address not in left]
@@ -269,7 +266,7 @@ class ConsumerPool(OpensOnAwait):
         if joined or left or retiring:
             registry.register_consumers(self)
 
-    def _let_go_retiring(self, retiring: set[str]) -> list[_Member]:
+    def on_workers_retiring(self, retiring: set[str]) -> list[_Member]:
         """Consumers on retiring workers: stop (running items finish, fetched ones go back to
         their queues, every lease is settled) and close, within ``RETIRE_STOP_TIMEOUT_S``,
         then free the actors so that Dask may retire their workers. A consumer that is not
@@ -293,19 +290,17 @@ class ConsumerPool(OpensOnAwait):
         """What consumer ``index`` calls: the queue pool's queues (``queue_ref`` tuples by
         queue index, None for a removed one: never the handles, see WorkerActor) and its home
         queue, the pool's routing queues taken in turn."""
-        qp = self.queue_pool
-        refs = [None if i in qp._removed else queue_ref(h) for i, h in enumerate(qp.queues)]
-        homes = qp._targets
+        refs, homes = self.queue_pool.queue_refs(), self.queue_pool.homes
         return refs, homes[index % len(homes)]
 
-    def _queues_changed(self) -> None:
+    def on_queues_changed(self) -> None:
         """The queue pool added or removed queues: every consumer fetches from the new set,
         and takes a home among them in turn."""
         for m in self._live():
             refs, home = self._queue_refs(m.index)
             self._tell([m], "set_queues", {i: r for i, r in enumerate(refs) if r is not None}, home)
 
-    def _queue_moved(self, queue_index: int, handle: Any) -> None:
+    def on_queue_moved(self, queue_index: int, handle: Any) -> None:
         """A durable queue was reopened elsewhere: every consumer calls it there from now on."""
         self._tell(self._live(), "set_queue", queue_index, queue_ref(handle))
 
@@ -359,7 +354,7 @@ class ConsumerPool(OpensOnAwait):
         """A typed queue pool shares its running slots out by type: tell it ours (none when
         stopped)."""
         slots = len(self._live()) * self._options["max_concurrency"] if self.running else 0
-        self.queue_pool._set_slots(self._id, slots)
+        self.queue_pool.set_slots(self.id, slots)
 
     def cancel(self) -> None:
         """Stop every consumer: running items finish, fetched-but-unstarted ones are released
@@ -390,42 +385,24 @@ class ConsumerPool(OpensOnAwait):
                        "0.2.0's spelling; use join(timeout=) (progress: QueuePool.map(progress=True), "
                        "as_completed(), or daskqueue stats)")
         every = (2.0 if print_timestep is None else print_timestep) if progress else None
-        logged = time.monotonic()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            self.queue_pool.poll_outcomes()
-            if self._settled_all(deadline, timeout):
-                self.queue_pool.poll_outcomes()
-                return
-            if every is not None and time.monotonic() - logged >= every:
-                logged = time.monotonic()
+        logged = [time.monotonic()]
+
+        def log_progress() -> None:
+            if every is not None and time.monotonic() - logged[0] >= every:
+                logged[0] = time.monotonic()
                 done = sum(s.items_done + s.items_failed for s in self.stats())
                 logger.info("%r: %s tasks run; still processing", self, f"{done:,}")
-            self.queue_pool._check_scheduler()
-            time.sleep(defaults.POLL_INTERVAL_S)
 
-    def _settled_all(self, deadline: float | None, timeout: float | None) -> bool:
-        """Whether every message of the queue pool is settled and no consumer holds work;
-        raises what ``join`` raises (no consumers, past the deadline)."""
-        # Queues first, then consumers: with early ack a message leaves the queue before
-        # it runs, and it is counted by its consumer from before it leaves the queue.
-        try:
-            qstats = self.queue_pool.stats()
-        except QueueMovedError:  # a durable queue is still being reopened: wait on
-            self.queue_pool._check_scheduler()
-            if deadline is not None and time.monotonic() > deadline:
-                raise
-            return False
-        pending = sum(s.pending for s in qstats)
-        inflight = 0 if pending else sum(s.inflight_items for s in self.stats())
-        if pending == 0 and inflight == 0:
-            return True
-        if not self.queue_pool._has_running_consumers():
-            raise NoConsumersError(f"{pending:,} messages are pending and no consumer pool "
-                                   f"of {self.queue_pool!r} is started: call start() first")
-        if deadline is not None and time.monotonic() > deadline:
-            raise JoinTimeoutError(timeout or 0.0, _join_counts(qstats, inflight))
-        return False
+        self.queue_pool.outcomes.join(self._inflight, timeout, log_progress)
+
+    def _inflight(self) -> int:
+        """Items the live consumers hold (fetched, running or settling)."""
+        return sum(s.inflight_items for s in self.stats())
+
+    def settled_all(self) -> bool:
+        """Whether every message of the queue pool is settled and no consumer holds work
+        (what ``join`` waits for); raises :class:`NoConsumersError` as ``join`` does."""
+        return self.queue_pool.outcomes.settled_all(self._inflight, None, None)
 
     def as_completed(self, ids: Iterable[int] | None = None, *,
                      timeout: float | None = None) -> Iterator[tuple[int, Any]]:
@@ -444,31 +421,7 @@ class ConsumerPool(OpensOnAwait):
 
     def _outcome_batches(self, ids: Iterable[int] | None, timeout: float | None) -> Iterator[list[tuple[int, Any]]]:
         """The outcomes of ``as_completed``, a poll's worth at a time."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        wanted = None if ids is None else set(ids)
-        collector = self.queue_pool._collector
-        while wanted is None or wanted:
-            self.queue_pool.poll_outcomes(wait_s=0.0)
-            batch = collector.take(wanted)
-            if batch:
-                if wanted is not None:
-                    wanted.difference_update(i for i, _ in batch)
-                yield batch
-                continue
-            if self._settled_all(deadline, timeout):
-                self.queue_pool.poll_outcomes()
-                batch = collector.take(wanted)
-                if batch:
-                    yield batch
-                if wanted is not None:
-                    wanted.difference_update(i for i, _ in batch)
-                    if wanted:
-                        raise ConfigurationError(
-                            f"{len(wanted):,} of the ids (e.g. {min(wanted)}) have no outcome to come: "
-                            "taken already (by as_completed or results(clear=True)), or not of this pool")
-                return
-            self.queue_pool._check_scheduler()
-            time.sleep(defaults.POLL_INTERVAL_S)
+        return self.queue_pool.outcomes.batches(self._inflight, ids, timeout)
 
     def close(self) -> None:
         """Stop every consumer and end its threads and child process. Returns within
@@ -481,8 +434,9 @@ class ConsumerPool(OpensOnAwait):
         if failed:
             logger.warning("closing consumers failed: %s", failed)
         self._started = False
-        if not self.queue_pool._closed:
+        if not self.queue_pool.closed:
             self._tell_slots()
+        membership_use.release(self.client)
 
     @property
     def running(self) -> bool:
@@ -502,7 +456,7 @@ class ConsumerPool(OpensOnAwait):
             return self.queue_pool.results(clear=clear)
         flat = self.queue_pool.results()
         nested: dict[str, dict[int, Any]] = {}
-        collector = self.queue_pool._collector
+        collector = self.queue_pool.collector
         name = self.ConsumerClass.__name__
         for task_id, value in flat.items():
             index = collector.ran_by(task_id)
@@ -602,14 +556,3 @@ def _worker_threads(client: Client) -> int:
         return max(1, min(w.get("nthreads", 1) for w in workers))
     except Exception:
         return 1
-
-
-def _join_counts(qstats: list[Any], inflight: int) -> dict[str, int]:
-    return {
-        "ready": sum(s.ready for s in qstats),
-        "delayed": sum(s.delayed for s in qstats),
-        "leased": sum(s.leased for s in qstats),
-        "acked": sum(s.total_acked for s in qstats),
-        "dead": sum(s.dead for s in qstats),
-        "running_in_consumers": inflight,
-    }
