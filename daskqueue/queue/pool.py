@@ -30,7 +30,7 @@ import os
 import time
 import uuid
 import weakref
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 from distributed import Client
 
