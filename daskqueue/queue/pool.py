@@ -6,8 +6,8 @@ messages go), the :class:`~daskqueue.queue.sending.Sender` (puts and their ids),
 :class:`~daskqueue.queue.follow.Follower` (following the cluster: hand-off, reopen, park),
 :mod:`~daskqueue.queue.resize` (``add_queues`` / ``remove_queue``),
 :mod:`~daskqueue.queue.deadletters`, and :class:`~daskqueue.outcomes.Outcomes` (waiting for
-results, shared with the consumer pool). The submission API is in
-:mod:`~daskqueue.queue.submitting`.
+results, shared with the consumer pool). The public API for submitting is in
+:mod:`~daskqueue.queue.submitting`, for taking outcomes in :mod:`~daskqueue.queue.taking`.
 
 The pool follows the cluster (see :mod:`daskqueue.membership`): when a worker dies, every
 surviving queue takes back at once the leases of the consumers that died with it, and a queue
@@ -30,18 +30,16 @@ import os
 import time
 import uuid
 import weakref
-from typing import Any, Iterable
+from typing import Any
 
 from distributed import Client
 
 from daskqueue import atexit_close, defaults, membership_use, registry
-from daskqueue.errors import ConfigurationError, QueueClosedError, RemoteTaskError
-from daskqueue.messages import split_id
+from daskqueue.errors import ConfigurationError, QueueClosedError
 from daskqueue.outcomes import Outcomes
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig
 from daskqueue.queue.actors import actor_args, queue_kwargs, start_actors
-from daskqueue.queue.deadletters import dead_letters, purge, replay_dead
 from daskqueue.queue.directory import removed_queues
 from daskqueue.queue.follow import Follower
 from daskqueue.queue.handles import call_all, direct_handles, queue_ref
@@ -51,8 +49,9 @@ from daskqueue.queue.resize import add_queues, remove_queue, take_out
 from daskqueue.queue.router import Router
 from daskqueue.queue.sending import Sender
 from daskqueue.queue.submitting import Submitting, not_in_client_loop
+from daskqueue.queue.taking import Taking
 from daskqueue.queue.table import QueueTable
-from daskqueue.results import DeadLetter, ResultCollector
+from daskqueue.results import ResultCollector
 from daskqueue.opening import OpensOnAwait
 from daskqueue.validate import check_number, check_optional_str
 
@@ -64,7 +63,7 @@ logger = logging.getLogger("daskqueue")
 _not_in_client_loop = not_in_client_loop
 
 
-class QueuePool(Submitting, OpensOnAwait):
+class QueuePool(Submitting, Taking, OpensOnAwait):
     """A pool of ``n_queues`` queue actors on the cluster of ``client``.
 
     Messages are routed round-robin, one put batch at a time; a call's messages are spread
@@ -307,11 +306,6 @@ class QueuePool(Submitting, OpensOnAwait):
         """Raise :class:`SchedulerLostError` if the client has lost its scheduler."""
         self.table.check_scheduler()
 
-    def take_outcomes(self) -> list[tuple[int, Any]]:
-        """Fetch, then take every outcome received: ``(task_id, value or RemoteTaskError)``."""
-        self.poll_outcomes()
-        return self.collector.take()
-
     @property
     def _collector(self) -> ResultCollector:  # the spelling tests and benchmarks read
         return self.collector
@@ -381,76 +375,6 @@ class QueuePool(Submitting, OpensOnAwait):
         """
         self._check_open()
         return remove_queue(self, index, timeout_s)
-
-    # -- outcomes -----------------------------------------------------------------------------
-    #
-    # The pool created the ids, so it owns what comes back for them: results ride on the
-    # consumers' acks into the queues, and a ResultCollector fetches them with a cursor per
-    # queue. Results of map() go to the map call that is waiting, not to results().
-
-    def poll_outcomes(self, *, wait_s: float = 0.0, queue_index: int | None = None) -> int:
-        """Fetch the results and dead letters the queues hold (one call per queue, or to queue
-        ``queue_index`` only); return how many arrived.
-
-        With ``wait_s``, a queue with nothing new holds the call until an outcome arrives or
-        ``wait_s`` passes (a long poll). Thread-safe: polls run one at a time. Raises
-        :class:`QueueLostError` for a queue whose worker is gone.
-        """
-        not_in_client_loop(self.client)
-        return self.outcomes.poll(wait_s=wait_s, queue_index=queue_index)
-
-    def results(self, *, clear: bool = False) -> dict[int, Any]:
-        """``{task_id: return value}`` of every task acked so far (fetched now; a copy).
-
-        The pool keeps every result until it is taken: with ``clear=True`` the results
-        returned are forgotten (the next call returns only newer ones). For millions of tasks
-        use ``ConsumerPool.as_completed`` (or ``clear=True``) so that client memory stays flat.
-        """
-        not_in_client_loop(self.client)
-        return self.outcomes.taken("results", clear)
-
-    def failures(self, *, clear: bool = False) -> dict[int, RemoteTaskError]:
-        """``{task_id: RemoteTaskError}`` of every task dead-lettered so far (fetched now; a
-        copy); ``clear=True`` forgets those returned, as for :meth:`results`."""
-        not_in_client_loop(self.client)
-        return self.outcomes.taken("failures", clear)
-
-    def result(self, task_id: int, timeout_s: float | None = None) -> Any:
-        """The return value of task ``task_id``, waiting for it (long-polling its queue).
-
-        Raises its :class:`RemoteTaskError` if it was dead-lettered, and
-        :class:`JoinTimeoutError` if it is not settled within ``timeout_s`` seconds (also
-        when a queue does not answer in that time).
-        """
-        check_number("task_id", task_id, integer=True, at_least=0)
-        not_in_client_loop(self.client)
-        if split_id(task_id)[0] >= len(self.queues):
-            raise ConfigurationError(f"task_id {task_id} names queue {split_id(task_id)[0]}; "
-                                     f"{self!r} has {len(self.queues)}")
-        return self.outcomes.result(task_id, timeout_s)
-
-    # -- dead letters -----------------------------------------------------------------------------
-
-    def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
-        """The dead-lettered messages (at most ``limit``, oldest first per queue), with their
-        payload, error, attempts and when they died. Durable queues keep them across restarts."""
-        self._check_open()
-        return dead_letters(self.table, limit)
-
-    def replay_dead(self, ids: Iterable[int] | None = None) -> int:
-        """Put dead-lettered messages (all, or those with these ids) back as ready, attempts
-        reset; return how many. Their outcomes come back under their old ids (their failure
-        is forgotten meanwhile): ``result(id)`` waits for the new run."""
-        self._check_open()
-        n = replay_dead(self.table, self.collector, ids)
-        logger.info("%r: %d dead letters replayed", self, n)
-        return n
-
-    def purge(self, *, dead: bool = True, ready: bool = False) -> dict[str, int]:
-        """Drop the dead letters (``dead``) and every waiting message (``ready``: ready and
-        delayed; running ones finish) of every queue; return the counts dropped."""
-        self._check_open()
-        return purge(self.table, dead=dead, ready=ready)
 
     # -- inspection and lifetime ----------------------------------------------------------------
 
