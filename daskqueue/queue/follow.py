@@ -32,11 +32,12 @@ logger = logging.getLogger("daskqueue")
 
 def confirm_hand_off(old: Any, method: str) -> bool:
     """Tell a queue that handed off its state ``handoff_done`` or ``handoff_abort`` (best
-    effort, bounded); whether it confirmed. A queue without two-phase hand-off (an older
+    effort, bounded); whether it took effect. A queue without two-phase hand-off (an older
     actor) counts as confirmed: its hand-off was final already."""
     try:
-        getattr(old, method)().result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
-        return True
+        # False: too late (a queue that serves again already cannot be made final, and the
+        # reverse); None: an actor whose methods answer nothing.
+        return getattr(old, method)().result(timeout=defaults.CONTROL_CALL_TIMEOUT_S) is not False
     except AttributeError:
         return True
     except Exception as e:
@@ -187,7 +188,7 @@ class Follower:
         for _ in range(2):
             submitted = None
             try:
-                submitted = self._submit_successor(q, state)
+                submitted = self._submit_successor(q, state, timeout_s=max(1.0, deadline - time.monotonic()))
                 handle = submitted.future.result(timeout=max(0.0, deadline - time.monotonic()))
                 submitted.done_with_state()
                 return self._handle_of(q, handle), submitted.future
@@ -236,9 +237,11 @@ class Follower:
                 continue
             self._await_start(q, submitted, self.parked.pop(q))
 
-    def _submit_successor(self, q: int, handoff: bytes | None = None) -> _Submitted:
+    def _submit_successor(self, q: int, handoff: bytes | None = None, *,
+                          timeout_s: float = defaults.CONTROL_CALL_TIMEOUT_S) -> _Submitted:
         """Submit a new actor for queue ``q`` on a worker that may hold one, with the
-        ``handoff`` of its previous actor if it has one."""
+        ``handoff`` of its previous actor if it has one (sent to the worker within
+        ``timeout_s``)."""
         free = self.placeable_for(q)
         if not free:
             raise QueueLostError(q, self.table.handles[q]._address, self.pool.durability)
@@ -246,7 +249,7 @@ class Follower:
         client = self.pool.client
         state = None
         if handoff is not None:
-            state = client.scatter(handoff, workers=free[:1], timeout=defaults.CONTROL_CALL_TIMEOUT_S)
+            state = client.scatter(handoff, workers=free[:1], timeout=timeout_s)
         future = client.submit(queue_class, *args, **kwargs, handoff=state, actor=True, pure=False,
                                workers=free, allow_other_workers=False)
         return _Submitted(future, state)

@@ -24,10 +24,11 @@ class FakeQueue:
 
     _cls = object
 
-    def __init__(self, address, *, two_phase=True):
+    def __init__(self, address, *, two_phase=True, answers=None):
         self._address = address
         self.key = f"queue-{address}"
         self.calls = []
+        self.answers = {"hand_off": b"state", **(answers or {})}
         if not two_phase:  # an actor from before two-phase hand-off: no such methods
             self.handoff_done = self.handoff_abort = None
 
@@ -37,7 +38,7 @@ class FakeQueue:
 
         def call(*args):
             self.calls.append(method)
-            return answered(b"state" if method == "hand_off" else None)
+            return answered(self.answers.get(method))
 
         return call
 
@@ -144,6 +145,13 @@ def test_a_successor_slower_than_the_wait_is_aborted_within_the_bound(monkeypatc
     Follower(pool).on_membership(set(), set(), {"w0"})
     assert time.monotonic() - started < 0.3 + 1.0
     assert "handoff_abort" in old.calls and pool.table.handles[0] is old and slow.released
+
+
+def test_a_successor_is_dropped_when_the_old_queue_already_serves_again():
+    old, new = FakeQueue("w0", answers={"handoff_done": False}), FakeQueue("w1")  # too late
+    pool = FakePool([old], [FakeActorFuture(new)], ["w0", "w1"])
+    Follower(pool).on_membership(set(), set(), {"w0"})
+    assert pool.table.handles[0] is old and not pool.table.moving and "close" in new.calls
 
 
 def test_an_actor_without_two_phase_hand_off_is_moved_as_before():
