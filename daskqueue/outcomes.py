@@ -22,7 +22,6 @@ from daskqueue.errors import (
     QueueMovedError,
     RemoteTaskError,
 )
-from daskqueue.messages import split_id
 from daskqueue.queue.table import QueueTable
 from daskqueue.results import MapClaim, ResultCollector
 
@@ -86,12 +85,8 @@ class Outcomes:
     # -- one task -------------------------------------------------------------------------------
 
     def result(self, task_id: int, timeout_s: float | None) -> Any:
-        """The outcome of task ``task_id``, long-polling the queue that holds it (see
-        ``QueuePool.result``)."""
-        queue_index, _ = split_id(task_id)
-        if queue_index >= len(self.table.handles):
-            raise ConfigurationError(f"task_id {task_id} names queue {queue_index}; the pool has "
-                                     f"{len(self.table.handles)}")
+        """The outcome of task ``task_id`` (an id of this pool), long-polling the queue that
+        holds it (see ``QueuePool.result``)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             return self._wait_for(task_id, deadline, timeout_s)

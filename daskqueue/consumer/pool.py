@@ -130,26 +130,30 @@ class ConsumerPool(OpensOnAwait):
         self._open_now_or_on_await(client, lambda: self._open(n_consumers))
 
     def _open(self, n_consumers: int | None) -> None:
-        client, queue_pool = self.client, self.queue_pool
-        self._membership = membership_use.use(client)
+        self._membership = membership_use.use(self.client)
+        try:
+            self.members.members = self._start_members(n_consumers)
+        except BaseException:
+            membership_use.release(self.client)
+            raise
+        self._membership.add_listener(self)
+        self.queue_pool.attach(self)
+        registry.register_consumers(self)
+        atexit_close.track(self)
+
+    def _start_members(self, n_consumers: int | None) -> list[Any]:
+        """Start the consumers: ``n_consumers`` spread over the workers, or one on each."""
         workers = self._membership.placeable()
         if not workers:
             raise ConfigurationError("the client's cluster has no workers")
         count = len(workers) if n_consumers is None else n_consumers
         futures = [self.members.spawn(workers[i % len(workers)], strict=self.per_worker) for i in range(count)]
         try:
-            started = [self.members.await_member(i, f) for i, f in futures]
+            return [self.members.await_member(i, f) for i, f in futures]
         except BaseException:
             for _, f in futures:
                 f.release()
-            membership_use.release(client)
             raise
-        with self.members.lock:
-            self.members.members = started
-        self._membership.add_listener(self)
-        queue_pool.attach(self)
-        registry.register_consumers(self)
-        atexit_close.track(self)
 
     # -- consumers: creation, placement -------------------------------------------------------
 

@@ -83,6 +83,7 @@ class Follower:
         self.awaiting_worker: set[int] = set()  # durable queues to reopen when a worker joins
         self.slots: dict[str, int] = {}  # consumer pool id -> its running slots (typed pools)
         self._starting: dict[int, _Start] = {}
+        self._hand_off_again: set[int] = set()  # hand-offs that failed: tried on the next event
         self._lock = threading.RLock()
 
     def on_membership(self, joined: set[str], left: set[str], retiring: set[str]) -> None:
@@ -95,9 +96,11 @@ class Follower:
             if retiring:
                 for cp in self.pool.consumer_pools():
                     cp.on_workers_retiring(retiring)
+            still = self.pool.membership.retiring
+            again, self._hand_off_again = self._hand_off_again, set()
             for q, handle in enumerate(table.handles):
-                if handle._address in retiring and q not in table.lost and q not in table.moving \
-                        and q not in table.removed:
+                if (handle._address in retiring or (q in again and handle._address in still)) \
+                        and q not in table.lost and q not in table.moving and q not in table.removed:
                     self.hand_off(q)
             if joined and self.parked:
                 self._unpark()
@@ -157,10 +160,11 @@ class Follower:
         try:
             state = old.hand_off().result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
         except Exception as e:  # it may have stopped serving provisionally: resume it
-            logger.error("queue %d of %r could not hand off from %s: %s: %s", q, self.pool, old._address,
-                         type(e).__name__, e)
+            logger.error("queue %d of %r could not hand off from %s (%s: %s); trying again on the next "
+                         "membership event", q, self.pool, old._address, type(e).__name__, e)
             confirm_hand_off(old, "handoff_abort")
             table.end_move(q)
+            self._hand_off_again.add(q)
             return
         if not self.placeable_for(q):
             if confirm_hand_off(old, "handoff_done"):
@@ -175,8 +179,9 @@ class Follower:
                 self._discard(q, *started)
             confirm_hand_off(old, "handoff_abort")
             table.end_move(q)
-            logger.error("queue %d of %r: no successor took its state; it serves on at %s", q, self.pool,
-                         old._address)
+            self._hand_off_again.add(q)
+            logger.error("queue %d of %r: no successor took its state; it serves on at %s (trying again on "
+                         "the next membership event)", q, self.pool, old._address)
             return
         self.install(q, *started)
         logger.info("queue %d of %r moved from retiring worker %s", q, self.pool, old._address)

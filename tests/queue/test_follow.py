@@ -95,6 +95,7 @@ class FakeClient:
 class FakeMembership:
     def __init__(self, workers):
         self.workers = workers
+        self.retiring = set()
 
     def placeable(self):
         return list(self.workers)
@@ -135,6 +136,18 @@ def test_a_successor_that_cannot_start_lets_the_old_queue_serve_on():
     Follower(pool).on_membership(set(), set(), {"w0"})
     assert pool.table.handles[0] is old and not pool.table.moving and not pool.table.lost
     assert "handoff_abort" in old.calls and "handoff_done" not in old.calls
+
+
+def test_a_failed_hand_off_is_tried_again_on_the_next_event_while_its_worker_retires():
+    old, new = FakeQueue("w0"), FakeQueue("w1")
+    pool = FakePool([old], [FakeActorFuture(error=RuntimeError("no room"))] * 2 + [FakeActorFuture(new)],
+                    ["w0", "w1"])
+    pool.membership.retiring = {"w0"}
+    follower = Follower(pool)
+    follower.on_membership(set(), set(), {"w0"})
+    assert pool.table.handles[0] is old
+    follower.on_membership({"w2"}, set(), set())  # another event: w0 still retires
+    assert pool.table.handles[0] is new and old.calls.count("hand_off") == 2
 
 
 def test_a_successor_slower_than_the_wait_is_aborted_within_the_bound(monkeypatch):
