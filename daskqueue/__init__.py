@@ -32,6 +32,9 @@ from daskqueue.errors import (
     StoreFullError,
     StoreIOError,
     StorePermissionError,
+    QueueCallTimeoutError,
+    FieldTooLongError,
+    CorruptPoolFileError,
 )
 from daskqueue.messages import Message, Task, make_id, split_id
 from daskqueue.queue.base import QueueStats
@@ -84,6 +87,9 @@ __all__ = [
     "StoreFullError",
     "StoreIOError",
     "StorePermissionError",
+    "QueueCallTimeoutError",
+    "FieldTooLongError",
+    "CorruptPoolFileError",
 ]
 
 logging.getLogger("daskqueue").addHandler(logging.NullHandler())

@@ -76,6 +76,18 @@ CONTROL_CALL_TIMEOUT_S: float = 10.0
 #: (``handoff_done``) or call it off (``handoff_abort``) before it serves again on its own:
 #: a client that gave up on a slow hand-off must not leave a queue that refuses every call.
 HANDOFF_CONFIRM_S: float = 30.0
+#: The longest a client call to a queue may wait for its answer when the caller gave no
+#: timeout (a long poll waits its own time more): past it, ``QueueCallTimeoutError``, even
+#: while the queue's worker counts as alive (its event loop blocked).
+CALL_TIMEOUT_S: float = 60.0
+#: How long past the caller's own deadline a call made within a wait (``join``, ``map``,
+#: ``result``) may still be answered: a queue that answers gives the wait its counts to
+#: report; one that does not costs the caller at most this more.
+CALL_GRACE_S: float = 1.0
+#: How long the membership thread waits for a successor queue actor to start (and for its
+#: hand-off state to reach the worker): a slower start is finished on a later membership
+#: event or call, so no other reaction waits behind it.
+SUCCESSOR_WAIT_S: float = 20.0
 #: How many times a put is sent in all when its queue moves while it is in flight (each
 #: retry waits for the move; the put's token keeps it from being stored twice).
 PUT_ATTEMPTS: int = 3

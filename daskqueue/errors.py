@@ -8,7 +8,7 @@ One root, :class:`DaskQueueError`, then groups by who caused the error:
   :class:`LeaseExpiredError`);
 * the queue's worker is gone (:class:`QueueLostError`), or the whole cluster with its
   scheduler (:class:`SchedulerLostError`); no consumer runs the work (:class:`NoConsumersError`);
-* waiting ran out (:class:`JoinTimeoutError`, :class:`QueueCallTimeoutError`);
+* waiting ran out (:class:`JoinTimeoutError`; a queue that does not answer a call in time: :class:`QueueCallTimeoutError`);
 * the durable store's files or disk refuse (:class:`StoreError` and its leaves);
 * user code failed on a worker (:class:`RemoteTaskError`), or killed the process running it
   (:class:`KilledWorkerError`, as the ``exc_type`` of a ``RemoteTaskError``).
@@ -240,18 +240,21 @@ class JoinTimeoutError(DaskQueueError, TimeoutError):
 
 
 class QueueCallTimeoutError(DaskQueueError, TimeoutError):
-    """A queue on another worker did not answer a consumer's call within its deadline (its
-    worker may be stalled or gone); the call's outcome is unknown."""
+    """A queue did not answer a call within its deadline while its worker still counted as
+    alive (its event loop blocked, the worker overloaded or stalled); the call's outcome is
+    unknown. ``join``, ``map`` and ``result`` report their own timeouts as
+    :class:`JoinTimeoutError`; this is every other call's (``stats``, a consumer's fetch...)."""
 
-    def __init__(self, queue_index: int, address: str, method: str, deadline_s: float) -> None:
-        super().__init__(f"queue {queue_index} at {address} did not answer {method} within {deadline_s:g} s")
+    def __init__(self, queue_index: int, method: str, timeout_s: float, address: str | None = None) -> None:
+        where = f" at {address}" if address else ""
+        super().__init__(f"queue {queue_index}{where} did not answer {method}() within {timeout_s:g} s")
         self.queue_index = queue_index
-        self.address = address
         self.method = method
-        self.deadline_s = deadline_s
+        self.timeout_s = timeout_s
+        self.address = address
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (QueueCallTimeoutError, (self.queue_index, self.address, self.method, self.deadline_s))
+        return (QueueCallTimeoutError, (self.queue_index, self.method, self.timeout_s, self.address))
 
 
 # -- user code ------------------------------------------------------------------------------------

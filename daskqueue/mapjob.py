@@ -370,7 +370,7 @@ def _drive(qp: Any, cp: Any, func: Callable[[Any], Any], items: list[Any], state
                     inflight.pop(0)
             if len(journal.records) >= n:
                 break
-            if state.submitted >= n and not got and cp._settled_all(None, None):
+            if state.submitted >= n and not got and cp.settled_all():
                 _record(_take(qp), state, journal, output, bar, unknown)  # what settled meanwhile
                 if unknown:  # name their items from the dead letters' payloads
                     _resolve_unknown(qp, unknown, journal, output)
@@ -426,8 +426,7 @@ def _known_queues(dirpath: Path) -> int:
 def _take(qp: Any) -> list[tuple[int, Any]]:
     """Every outcome the queues hold now (taken: the caller journals them before the next
     fetch, which lets the queues drop them)."""
-    qp.poll_outcomes()
-    return qp._collector.take()
+    return qp.take_outcomes()
 
 
 def _resolve_unknown(qp: Any, unknown: dict[int, Any], journal: Journal, output: Output) -> None:

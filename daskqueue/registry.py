@@ -63,8 +63,7 @@ def _delete(client: Any, keys: list[str]) -> None:
 
 def register_pool(pool: Any) -> None:
     """Register (or update) ``pool``'s entry: called when it starts and when its queues change."""
-    queues = {str(i): actor_ref(pool.queues[i]) for i in pool.queue_indices
-              if i not in pool._lost and i not in pool._moving}
+    queues = {str(i): actor_ref(handle) for i, handle in pool.serving().items()}
     entry = {"name": pool.name, "durability": pool.durability, "dirpath": pool.dirpath,
              "n_queues": pool.n_queues, "queues": queues}
     _set(pool.client, [POOLS_KEY, pool.name], entry)
@@ -79,11 +78,11 @@ def register_consumers(consumer_pool: Any) -> None:
     """Register (or update) a consumer pool's consumers under its queue pool's name."""
     qp = consumer_pool.queue_pool
     refs = [actor_ref(h) for h in consumer_pool.consumers]
-    _set(consumer_pool.client, [CONSUMERS_KEY, qp.name, consumer_pool._id], refs)
+    _set(consumer_pool.client, [CONSUMERS_KEY, qp.name, consumer_pool.id], refs)
 
 
 def unregister_consumers(consumer_pool: Any) -> None:
-    _delete(consumer_pool.client, [CONSUMERS_KEY, consumer_pool.queue_pool.name, consumer_pool._id])
+    _delete(consumer_pool.client, [CONSUMERS_KEY, consumer_pool.queue_pool.name, consumer_pool.id])
 
 
 def registered_pools(client: Any) -> dict[str, dict[str, Any]]:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from daskqueue.errors import QueueMovedError, RemoteTaskError, SerializationError
 from daskqueue.messages import decode_error, make_id, split_id
+from daskqueue.moved import MovedIds
 from daskqueue.serialize import ResultRecord
 
 __all__ = ["ResultCollector", "MapClaim", "DeadLetter"]
@@ -75,7 +76,12 @@ def dead_letter_of(q: int, row: tuple[Any, ...], funcs: dict[bytes, Any]) -> Dea
 
 @dataclass(eq=False)
 class MapClaim:
-    """The output of one ``map`` call: values by input position, and failures."""
+    """The output of one ``map`` call: values by input position, and failures.
+
+    ``settled`` counts positions, not deliveries: under at-least-once delivery an outcome
+    may arrive twice, and the map is complete only once every position has one. A success
+    replaces a failure of the same position (a replayed dead letter), never the reverse.
+    """
 
     n: int
     values: list[Any] = field(default_factory=list)
@@ -84,10 +90,28 @@ class MapClaim:
 
     def __post_init__(self) -> None:
         self.values = [None] * self.n
+        self._done = bytearray(self.n)  # 1: a position's outcome arrived
 
     @property
     def complete(self) -> bool:
         return self.settled >= self.n
+
+    def succeed(self, position: int, values: list[Any]) -> None:
+        """Results of positions ``position ..`` arrived."""
+        end = position + len(values)
+        self.values[position:end] = values
+        self.settled += end - position - self._done[position:end].count(1)
+        self._done[position:end] = b"\x01" * (end - position)
+        if self.failures:
+            for p in range(position, end):
+                self.failures.pop(p, None)
+
+    def fail(self, position: int, error: RemoteTaskError) -> None:
+        """The final failure of ``position`` arrived (ignored if its outcome is known)."""
+        if not self._done[position]:
+            self._done[position] = 1
+            self.settled += 1
+            self.failures[position] = error
 
 
 class ResultCollector:
@@ -97,10 +121,11 @@ class ResultCollector:
         self,
         n_queues: int,
         call: Callable[..., Any],
-        answer: Callable[[int, Any], Any],
+        answer: Callable[[int, Any, float | None], Any],
     ) -> None:
         """``call(q, method, *args)`` calls a queue actor and returns its future;
-        ``answer(q, future)`` waits for it (the pool's, which name a lost queue)."""
+        ``answer(q, future, deadline)`` waits for it (the pool's, which name a lost queue
+        and keep the deadline)."""
         self._n = n_queues
         self._call = call
         self._answer = answer
@@ -117,10 +142,9 @@ class ResultCollector:
         self._lock = threading.RLock()
         #: Queues removed from the pool (drained, their outcomes fetched): not polled.
         self.removed: set[int] = set()
-        # Messages moved to another queue (add_queues / remove_queue) keep their old ids: per
-        # new queue, the sorted first new seqs of moved runs and (count, old queue, old seq).
-        self._moved_starts: dict[int, list[int]] = {}
-        self._moved: dict[int, list[tuple[int, int, int]]] = {}
+        # Messages moved to another queue (add_queues / remove_queue / replay_dead) keep
+        # their old ids.
+        self._moves = MovedIds()
         # Which consumer ran what (for results(by_consumer=True)): per queue, runs
         # (first seq, count, consumer index) in arrival order, sorted when asked.
         self._ran: dict[int, list[tuple[int, int, int]]] = {}
@@ -187,39 +211,23 @@ class ResultCollector:
                 self.failures.pop(i, None)
 
     def has_moves(self) -> bool:
-        return bool(self._moved_starts)
+        return bool(self._moves)
 
     def moved(self, runs: list[tuple[int, int, int, int]], old_queue: int) -> None:
         """Messages ``(old first seq, count, new queue, new first seq)`` of ``old_queue``
         moved: their outcomes arrive from the new queue and are reported under the old ids."""
         with self._lock:
-            for old_first, count, q, new_first in runs:
-                starts = self._moved_starts.setdefault(q, [])
-                i = bisect.bisect(starts, new_first)
-                starts.insert(i, new_first)
-                self._moved.setdefault(q, []).insert(i, (count, old_queue, old_first))
+            self._moves.add(runs, old_queue)
 
-    def _pieces(self, q: int, first: int, count: int) -> list[tuple[int, int, int, int]]:
-        """``(queue, seq, count, offset)`` of messages ``first .. first + count`` of queue
-        ``q`` under the ids they were given (following moves), in consecutive pieces."""
-        starts = self._moved_starts.get(q)
-        if not starts:
-            return [(q, first, count, 0)]
-        out = []
-        seq, end = first, first + count
-        while seq < end:
-            i = bisect.bisect(starts, seq) - 1
-            n, oq, ofirst = self._moved[q][i] if i >= 0 else (0, q, 0)
-            if i >= 0 and seq < starts[i] + n:
-                take = min(end, starts[i] + n) - seq
-                for piece in self._pieces(oq, ofirst + seq - starts[i], take):
-                    out.append(piece[:3] + (piece[3] + seq - first,))
-            else:
-                nxt = starts[i + 1] if i + 1 < len(starts) else end
-                take = min(end, nxt) - seq
-                out.append((q, seq, take, seq - first))
-            seq += take
-        return out
+    def given_id(self, q: int, seq: int) -> tuple[int, int]:
+        """``(queue, seq)`` of the id that message ``seq`` of queue ``q`` was given."""
+        with self._lock:
+            return self._moves.given_id(q, seq)
+
+    def queue_of(self, task_id: int) -> int:
+        """The queue where task ``task_id`` is now (it may have moved)."""
+        with self._lock:
+            return self._moves.where(*split_id(task_id))[0]
 
     def claim(self, queue_index: int, first_seq: int, count: int, claim: MapClaim, pos0: int) -> None:
         """Route the results of messages ``first_seq ..`` of a queue to ``claim``."""
@@ -237,11 +245,12 @@ class ResultCollector:
                 self._claim_starts[q] = [self._claim_starts[q][k] for k in keep]
                 self._claims[q] = [self._claims[q][k] for k in keep]
 
-    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None) -> int:
+    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None) -> int:
         """Fetch what the queues have (one call per queue); return how many outcomes arrived.
 
         With ``queue_index``, ask only that queue; with ``wait_s``, a queue with nothing new
-        holds the call up to ``wait_s`` until an outcome arrives (a long poll).
+        holds the call up to ``wait_s`` until an outcome arrives (a long poll). Each answer
+        is waited for until ``deadline`` (monotonic; default: the table's own).
         """
         with self._lock:
             which = [q for q in range(self._n) if q not in self.removed] if queue_index is None else [queue_index]
@@ -256,7 +265,7 @@ class ResultCollector:
             for q, future in futures:
                 try:
                     sent = self._dead_cursors[q]
-                    self._cursors[q], blob, self._dead_cursors[q], dead = self._answer(q, future)
+                    self._cursors[q], blob, self._dead_cursors[q], dead = self._answer(q, future, deadline)
                     if self._dead_cursors[q] < sent:
                         # The queue was rebuilt from disk and numbers its dead letters afresh
                         # (replayed or purged ones are gone): read them all again; a failure
@@ -326,8 +335,8 @@ class ResultCollector:
 
     def _succeed_range(self, q: int, first: int, values: list[Any]) -> None:
         """Results of consecutive messages ``first ..`` of queue ``q`` (one put group)."""
-        if q in self._moved_starts:
-            for oq, seq, count, offset in self._pieces(q, first, len(values)):
+        if self._moves.has(q):
+            for oq, seq, count, offset in self._moves.pieces(q, first, len(values), settle=True):
                 self._succeed_here(oq, seq, values[offset : offset + count])
             return
         self._succeed_here(q, first, values)
@@ -338,18 +347,17 @@ class ResultCollector:
             self.results.update(zip((make_id(q, s) for s in range(first, first + len(values))), values))
         else:
             claim, position = owner
-            claim.values[position : position + len(values)] = values
-            claim.settled += len(values)
+            claim.succeed(position, values)
 
     def _fail(self, q: int, seq: int, error: bytes, attempts: int) -> None:
-        if q in self._moved_starts:
-            q, seq, _, _ = self._pieces(q, seq, 1)[0]
+        if self._moves.has(q):
+            q, seq, _, _ = self._moves.pieces(q, seq, 1, settle=True)[0]
         exc_type, message, tb = decode_error(error)
         self._record_failure(q, seq, RemoteTaskError(make_id(q, seq), exc_type, message, tb, attempts))
 
     def _fail_local(self, q: int, seq: int, cause: BaseException) -> None:
-        if q in self._moved_starts:
-            q, seq, _, _ = self._pieces(q, seq, 1)[0]
+        if self._moves.has(q):
+            q, seq, _, _ = self._moves.pieces(q, seq, 1, settle=True)[0]
         err = SerializationError(f"result of task {make_id(q, seq)} cannot be unpickled here: {cause}")
         err.__cause__ = cause
         tb = f"{type(cause).__name__}: {cause}"
@@ -363,9 +371,7 @@ class ResultCollector:
             self.failures[error.task_id] = error
         else:
             claim, position = owner
-            if position not in claim.failures:
-                claim.settled += 1
-            claim.failures[position] = error
+            claim.fail(position, error)
 
     def _take_dead(self, q: int, dead: list[tuple[int, int, bytes, Any]]) -> int:
         for seq, attempts, error, _meta in dead:

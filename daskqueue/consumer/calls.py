@@ -132,7 +132,7 @@ class QueueCalls:
             task.add_done_callback(self._late.discard)
         if lost in done:
             raise QueueLostError(slot, address, "unknown")
-        raise QueueCallTimeoutError(slot, address, method, deadline_s)
+        raise QueueCallTimeoutError(slot, method, deadline_s, address)
 
     @staticmethod
     async def _late_answer(call: asyncio.Future[Any], on_late: Callable[[Any], Awaitable[None]]) -> None:

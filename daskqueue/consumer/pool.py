@@ -11,28 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import uuid
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterable, Iterator
 
-import cloudpickle
 from distributed import Client
 
 from daskqueue import atexit_close, defaults, registry
 from daskqueue.consumer.base import ConsumerBase, ConsumerStats, Isolation
 from daskqueue.consumer.general import GeneralConsumer
+from daskqueue.consumer.members import Members
 from daskqueue.errors import (
     ConfigurationError,
-    JoinTimeoutError,
-    NoConsumersError,
-    QueueMovedError,
     RemoteTaskError,
 )
-from daskqueue.membership import membership
-from daskqueue.queue.handles import call_all, free_actor, queue_ref
+from daskqueue.membership import forget, membership
 from daskqueue.compat import deprecated
 from daskqueue.opening import OpensOnAwait
 from daskqueue.queue.pool import QueuePool, _not_in_client_loop
@@ -41,19 +35,6 @@ from daskqueue.validate import check_choice, check_number
 __all__ = ["ConsumerPool"]
 
 logger = logging.getLogger("daskqueue")
-
-
-@dataclass(eq=False)
-class _Member:
-    """One consumer actor: its index (home: the pool's ``index``-th queue, in turn), future and handle."""
-
-    index: int
-    future: Any
-    handle: Any
-
-    @property
-    def address(self) -> str:
-        return self.handle._address
 
 
 class ConsumerPool(OpensOnAwait):
@@ -143,183 +124,78 @@ class ConsumerPool(OpensOnAwait):
             target_batch_s=target_batch_s, max_batch_size=max_batch_size, reserved_slots=reserved_slots,
             reserved_priority=reserved_priority, **(consumer_kwargs or {}),
         )
-        self._lock = threading.RLock()
-        self._members: list[_Member] = []
-        self._next_index = 0
-        self._started = False
-        self._closed = False
-        self._id = uuid.uuid4().hex  # how the queues of a typed pool tell our slots apart
-        self.replaced = 0
+        self.members = Members(client, queue_pool, ConsumerClass, self._options, isolation=isolation,
+                               per_worker=self.per_worker)
+        self.id = uuid.uuid4().hex  # how the queues of a typed pool tell our slots apart
         self._open_now_or_on_await(client, lambda: self._open(n_consumers))
 
     def _open(self, n_consumers: int | None) -> None:
-        client, queue_pool = self.client, self.queue_pool
-        self._membership = membership(client)
+        self._membership = membership(self.client, owner=self)
+        try:
+            self.members.members = self._start_members(n_consumers)
+        except BaseException:
+            forget(self)
+            raise
+        self._membership.add_listener(self)
+        self.queue_pool.attach(self)
+        registry.register_consumers(self)
+        atexit_close.track(self)
+
+    def _start_members(self, n_consumers: int | None) -> list[Any]:
+        """Start the consumers: ``n_consumers`` spread over the workers, or one on each."""
         workers = self._membership.placeable()
         if not workers:
             raise ConfigurationError("the client's cluster has no workers")
         count = len(workers) if n_consumers is None else n_consumers
-        futures = [self._spawn(workers[i % len(workers)], strict=self.per_worker) for i in range(count)]
-        self._members = [self._await_member(i, f) for i, f in futures]
-        self._membership.add_listener(self)
-        queue_pool._attach(self)
-        registry.register_consumers(self)
-        atexit_close.track(self)
+        futures = [self.members.spawn(workers[i % len(workers)], strict=self.per_worker) for i in range(count)]
+        try:
+            return [self.members.await_member(i, f) for i, f in futures]
+        except BaseException:
+            for _, f in futures:
+                f.release()
+            raise
 
     # -- consumers: creation, placement -------------------------------------------------------
 
     @property
     def n_consumers(self) -> int:
-        return len(self._members)
+        return len(self.members.members)
 
     @property
     def consumers(self) -> list[Any]:
         """The consumer actors' handles (a snapshot: the pool changes as workers come and go)."""
-        with self._lock:
-            return [m.handle for m in self._members]
-
-    def _spawn(self, worker: str, *, strict: bool) -> tuple[int, Any]:
-        """Submit a consumer actor for ``worker`` (only there if ``strict``); its index and future."""
-        index, self._next_index = self._next_index, self._next_index + 1
-        options = dict(self._options, isolation=self.isolation, child_spec=self._child_spec(index))
-        queues, home = self._queue_refs(index)
-        future = self.client.submit(
-            self.ConsumerClass, index, queues, home=home,
-            **options, actor=True, pure=False, workers=[worker], allow_other_workers=not strict,
-        )
-        return index, future
-
-    def _child_spec(self, index: int) -> bytes | None:
-        """What builds consumer ``index``'s twin in a child process (None: threads only)."""
-        if self.isolation == "thread":
-            return None
-        queues, home = self._queue_refs(index)
-        kwargs = dict(self._options, home=home, isolation="thread")
-        try:
-            return cloudpickle.dumps((self.ConsumerClass, (index, [None] * len(queues)), kwargs))
-        except Exception as e:
-            logger.warning("%s cannot be pickled for a child process (%s); its consumers run "
-                           "batches on threads", self.ConsumerClass.__name__, e)
-            return None
-
-    def _await_member(self, index: int, future: Any) -> _Member:
-        try:
-            handle = future.result(timeout=defaults.ACTOR_START_TIMEOUT_S)
-        except BaseException:
-            future.release()
-            raise
-        return _Member(index, future, handle)
-
-    def _add(self, worker: str, *, strict: bool) -> None:
-        """Start one more consumer for ``worker`` (started if the pool is); log a failure."""
-        index, future = self._spawn(worker, strict=strict)
-        try:
-            member = self._await_member(index, future)
-            dead = sorted(set(self.queue_pool._lost.values()))
-            if dead:  # it must not spend its calls on queues already known lost
-                member.handle.workers_lost(dead).result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
-            if self._started:
-                member.handle.start().result(timeout=defaults.ACTOR_START_TIMEOUT_S)
-        except Exception as e:
-            logger.warning("could not start consumer %d on %s: %s", index, worker, e)
-            future.release()
-            return
-        with self._lock:
-            self._members.append(member)
-        if self._closed:  # closed while it started: close it too
-            call_all([(f"consumer {index}", member.handle)], "close", timeout_s=defaults.STOP_TIMEOUT_S)
-
-    def _least_busy_worker(self, workers: set[str]) -> str | None:
-        with self._lock:
-            load = {w: 0 for w in workers}
-            for m in self._members:
-                if m.address in load:
-                    load[m.address] += 1
-        return min(sorted(load), key=load.__getitem__) if load else None
+        with self.members.lock:
+            return [m.handle for m in self.members.members]
 
     # -- following the cluster (membership thread) --------------------------------------------
 
     def on_membership(self, joined: set[str], left: set[str], retiring: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-        """Workers joined, left or are retiring: consumers on retiring workers settle what
-        they hold and go; forget consumers lost with theirs (their leases were taken back by
-        the queue pool), tell the others, and keep the pool at strength."""
-        if self._closed:
+        """Workers joined, left or are retiring: see :meth:`Members.on_membership`."""
+        if self.members.closed:
             return
-        going = self._let_go_retiring(retiring)
-        with self._lock:
-            lost = [m for m in self._members if m.address in left]
-            self._members = [m for m in self._members if m.address not in left]
-            alive = list(self._members)
-        if left:
-            self._tell(alive, "workers_lost", sorted(left))
-        for m in lost:
-            logger.warning("consumer %d was lost with its worker %s", m.index, m.address)
-            m.future.release()
-        if self.per_worker:
-            for worker in sorted(joined - self._membership.retiring):
-                self._add(worker, strict=True)
-        else:
-            for _ in lost + going:
-                worker = self._least_busy_worker(set(self._membership.placeable()))
-                if worker is not None:
-                    self._add(worker, strict=False)
-                    self.replaced += 1
+        self.members.on_membership(joined, left, retiring, self._membership)
         if self.running:
             self._tell_slots()
         if joined or left or retiring:
             registry.register_consumers(self)
 
-    def _let_go_retiring(self, retiring: set[str]) -> list[_Member]:
-        """Consumers on retiring workers: stop (running items finish, fetched ones go back to
-        their queues, every lease is settled) and close, within ``RETIRE_STOP_TIMEOUT_S``,
-        then free the actors so that Dask may retire their workers. A consumer that is not
-        done by then is freed anyway: its unsettled leases are taken back when its worker
-        leaves. Returns them (the queue pool calls this first, before its queues move)."""
-        with self._lock:
-            members = [m for m in self._members if m.address in retiring]
-            self._members = [m for m in self._members if m.address not in retiring]
-        if not members:
-            return []
-        targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in members]
-        failed = call_all(targets, "close", timeout_s=defaults.RETIRE_STOP_TIMEOUT_S)
-        if failed:
-            logger.warning("consumers on retiring workers did not settle in time: %s", failed)
-        for m in members:
-            logger.info("consumer %d left its retiring worker %s", m.index, m.address)
-            free_actor(m.future, m.handle)
-        return members
+    def on_workers_retiring(self, retiring: set[str]) -> list[Any]:
+        """Called by the queue pool before its queues on ``retiring`` workers move: the
+        consumers there settle and go first (see :meth:`Members.let_go`)."""
+        return self.members.let_go(retiring)
 
-    def _queue_refs(self, index: int) -> tuple[list[Any], int]:
-        """What consumer ``index`` calls: the queue pool's queues (``queue_ref`` tuples by
-        queue index, None for a removed one: never the handles, see WorkerActor) and its home
-        queue, the pool's routing queues taken in turn."""
-        qp = self.queue_pool
-        refs = [None if i in qp._removed else queue_ref(h) for i, h in enumerate(qp.queues)]
-        homes = qp._targets
-        return refs, homes[index % len(homes)]
+    def on_queues_changed(self) -> None:
+        """Called by the queue pool when it added or removed queues."""
+        self.members.queues_changed()
 
-    def _queues_changed(self) -> None:
-        """The queue pool added or removed queues: every consumer fetches from the new set,
-        and takes a home among them in turn."""
-        for m in self._live():
-            refs, home = self._queue_refs(m.index)
-            self._tell([m], "set_queues", {i: r for i, r in enumerate(refs) if r is not None}, home)
-
-    def _queue_moved(self, queue_index: int, handle: Any) -> None:
-        """A durable queue was reopened elsewhere: every consumer calls it there from now on."""
-        self._tell(self._live(), "set_queue", queue_index, queue_ref(handle))
-
-    @staticmethod
-    def _tell(members: list[_Member], method: str, *args: Any) -> None:
-        targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in members]
-        failed = call_all(targets, method, *args, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
-        if failed:
-            logger.warning("%s failed: %s", method, failed)
+    def on_queue_moved(self, queue_index: int, handle: Any) -> None:
+        """Called by the queue pool when a queue moved to ``handle``."""
+        self.members.queue_moved(queue_index, handle)
 
     # -- representation -----------------------------------------------------------------------
 
     def __repr__(self) -> str:
-        state = "started" if self._started else "stopped"
+        state = "started" if self.members.started else "stopped"
         size = "one per worker" if self.per_worker else "fixed"
         return f"<ConsumerPool: {self.n_consumers} x {self.ConsumerClass.__name__} ({size}, {state})>"
 
@@ -331,17 +207,6 @@ class ConsumerPool(OpensOnAwait):
 
     # -- lifetime -----------------------------------------------------------------------------
 
-    def _live(self) -> list[_Member]:
-        """The consumers not known to be lost (Dask's view; membership may be a moment behind)."""
-        with self._lock:
-            return [m for m in self._members if m.future.status == "finished"]
-
-    def _call_all(self, method: str) -> list[str]:
-        """``method()`` on every live consumer, concurrently, all within ``STOP_TIMEOUT_S``;
-        return the failures, as text (a lost consumer must not stop the others)."""
-        targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in self._live()]
-        return call_all(targets, method, timeout_s=defaults.STOP_TIMEOUT_S)
-
     def start(self, timeout: float | None = None) -> None:
         """Start every consumer (idempotent). Consumers that join later start on their own.
         (``timeout`` is daskqueue 0.2.0's; an idle consumer long-polls for ``idle_poll_s``.)"""
@@ -349,8 +214,8 @@ class ConsumerPool(OpensOnAwait):
         if timeout is not None:
             deprecated("start(timeout=)", "consumer_pool.start(timeout=) is daskqueue 0.2.0's spelling; use start() "
                        "(an idle consumer long-polls its home queue: ConsumerPool(idle_poll_s=))")
-        self._started = True
-        failed = self._call_all("start")
+        self.members.started = True
+        failed = self.members.call_all("start")
         if failed:
             logger.warning("starting consumers failed: %s", failed)
         self._tell_slots()
@@ -358,17 +223,17 @@ class ConsumerPool(OpensOnAwait):
     def _tell_slots(self) -> None:
         """A typed queue pool shares its running slots out by type: tell it ours (none when
         stopped)."""
-        slots = len(self._live()) * self._options["max_concurrency"] if self.running else 0
-        self.queue_pool._set_slots(self._id, slots)
+        slots = len(self.members.live()) * self._options["max_concurrency"] if self.running else 0
+        self.queue_pool.set_slots(self.id, slots)
 
     def cancel(self) -> None:
         """Stop every consumer: running items finish, fetched-but-unstarted ones are released
         back to their queues, every fetched batch is settled. ``start()`` resumes. Returns
         within ``STOP_TIMEOUT_S`` (25 s) even if workers died."""
         _not_in_client_loop(self.client)
-        self._started = False
+        self.members.started = False
         self._tell_slots()
-        failed = self._call_all("stop")
+        failed = self.members.call_all("stop")
         if failed:
             logger.warning("stopping consumers failed: %s", failed)
 
@@ -390,42 +255,24 @@ class ConsumerPool(OpensOnAwait):
                        "0.2.0's spelling; use join(timeout=) (progress: QueuePool.map(progress=True), "
                        "as_completed(), or daskqueue stats)")
         every = (2.0 if print_timestep is None else print_timestep) if progress else None
-        logged = time.monotonic()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            self.queue_pool.poll_outcomes()
-            if self._settled_all(deadline, timeout):
-                self.queue_pool.poll_outcomes()
-                return
-            if every is not None and time.monotonic() - logged >= every:
-                logged = time.monotonic()
+        logged = [time.monotonic()]
+
+        def log_progress() -> None:
+            if every is not None and time.monotonic() - logged[0] >= every:
+                logged[0] = time.monotonic()
                 done = sum(s.items_done + s.items_failed for s in self.stats())
                 logger.info("%r: %s tasks run; still processing", self, f"{done:,}")
-            self.queue_pool._check_scheduler()
-            time.sleep(defaults.POLL_INTERVAL_S)
 
-    def _settled_all(self, deadline: float | None, timeout: float | None) -> bool:
-        """Whether every message of the queue pool is settled and no consumer holds work;
-        raises what ``join`` raises (no consumers, past the deadline)."""
-        # Queues first, then consumers: with early ack a message leaves the queue before
-        # it runs, and it is counted by its consumer from before it leaves the queue.
-        try:
-            qstats = self.queue_pool.stats()
-        except QueueMovedError:  # a durable queue is still being reopened: wait on
-            self.queue_pool._check_scheduler()
-            if deadline is not None and time.monotonic() > deadline:
-                raise
-            return False
-        pending = sum(s.pending for s in qstats)
-        inflight = 0 if pending else sum(s.inflight_items for s in self.stats())
-        if pending == 0 and inflight == 0:
-            return True
-        if not self.queue_pool._has_running_consumers():
-            raise NoConsumersError(f"{pending:,} messages are pending and no consumer pool "
-                                   f"of {self.queue_pool!r} is started: call start() first")
-        if deadline is not None and time.monotonic() > deadline:
-            raise JoinTimeoutError(timeout or 0.0, _join_counts(qstats, inflight))
-        return False
+        self.queue_pool.outcomes.join(self._inflight, timeout, log_progress)
+
+    def _inflight(self) -> int:
+        """Items the live consumers hold (fetched, running or settling)."""
+        return sum(s.inflight_items for s in self.stats())
+
+    def settled_all(self) -> bool:
+        """Whether every message of the queue pool is settled and no consumer holds work
+        (what ``join`` waits for); raises :class:`NoConsumersError` as ``join`` does."""
+        return self.queue_pool.outcomes.settled_all(self._inflight, None, None)
 
     def as_completed(self, ids: Iterable[int] | None = None, *,
                      timeout: float | None = None) -> Iterator[tuple[int, Any]]:
@@ -444,50 +291,38 @@ class ConsumerPool(OpensOnAwait):
 
     def _outcome_batches(self, ids: Iterable[int] | None, timeout: float | None) -> Iterator[list[tuple[int, Any]]]:
         """The outcomes of ``as_completed``, a poll's worth at a time."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        wanted = None if ids is None else set(ids)
-        collector = self.queue_pool._collector
-        while wanted is None or wanted:
-            self.queue_pool.poll_outcomes(wait_s=0.0)
-            batch = collector.take(wanted)
-            if batch:
-                if wanted is not None:
-                    wanted.difference_update(i for i, _ in batch)
-                yield batch
-                continue
-            if self._settled_all(deadline, timeout):
-                self.queue_pool.poll_outcomes()
-                batch = collector.take(wanted)
-                if batch:
-                    yield batch
-                if wanted is not None:
-                    wanted.difference_update(i for i, _ in batch)
-                    if wanted:
-                        raise ConfigurationError(
-                            f"{len(wanted):,} of the ids (e.g. {min(wanted)}) have no outcome to come: "
-                            "taken already (by as_completed or results(clear=True)), or not of this pool")
-                return
-            self.queue_pool._check_scheduler()
-            time.sleep(defaults.POLL_INTERVAL_S)
+        return self.queue_pool.outcomes.batches(self._inflight, ids, timeout)
 
     def close(self) -> None:
         """Stop every consumer and end its threads and child process. Returns within
         ``STOP_TIMEOUT_S`` (25 s) even if workers died. Idempotent."""
         _not_in_client_loop(self.client)
-        self._closed = True
+        if self.members.closed:
+            return
+        self.members.closed = True
         self._membership.remove_listener(self)
         registry.unregister_consumers(self)
-        failed = self._call_all("close")
+        failed = self.members.call_all("close")
         if failed:
             logger.warning("closing consumers failed: %s", failed)
-        self._started = False
-        if not self.queue_pool._closed:
+        self.members.started = False
+        if not self.queue_pool.closed:
             self._tell_slots()
+        forget(self)
+
+    @property
+    def replaced(self) -> int:
+        """Consumers re-placed after their worker left or retired (fixed-size pools)."""
+        return self.members.replaced
+
+    @property
+    def _closed(self) -> bool:  # the spelling tests read
+        return self.members.closed
 
     @property
     def running(self) -> bool:
         """Whether the pool is started and not closed (what ``QueuePool.map`` asks)."""
-        return self._started and not self._closed
+        return self.members.started and not self.members.closed
 
     # -- outcomes -----------------------------------------------------------------------------
 
@@ -502,7 +337,7 @@ class ConsumerPool(OpensOnAwait):
             return self.queue_pool.results(clear=clear)
         flat = self.queue_pool.results()
         nested: dict[str, dict[int, Any]] = {}
-        collector = self.queue_pool._collector
+        collector = self.queue_pool.collector
         name = self.ConsumerClass.__name__
         for task_id, value in flat.items():
             index = collector.ran_by(task_id)
@@ -580,7 +415,7 @@ class ConsumerPool(OpensOnAwait):
         A consumer whose worker died is left out (the pool replaces it on its own). Starts
         nothing; bounded by ``CONTROL_CALL_TIMEOUT_S`` per call."""
         _not_in_client_loop(self.client)
-        calls = [(m, m.handle.stats()) for m in self._live()]
+        calls = [(m, m.handle.stats()) for m in self.members.live()]
         out = []
         for m, future in calls:
             try:
@@ -602,14 +437,3 @@ def _worker_threads(client: Client) -> int:
         return max(1, min(w.get("nthreads", 1) for w in workers))
     except Exception:
         return 1
-
-
-def _join_counts(qstats: list[Any], inflight: int) -> dict[str, int]:
-    return {
-        "ready": sum(s.ready for s in qstats),
-        "delayed": sum(s.delayed for s in qstats),
-        "leased": sum(s.leased for s in qstats),
-        "acked": sum(s.total_acked for s in qstats),
-        "dead": sum(s.dead for s in qstats),
-        "running_in_consumers": inflight,
-    }

@@ -225,7 +225,7 @@ def test_churn_every_task_of_a_durable_pool_has_one_result_while_workers_die_and
         churner.join(timeout=60)
     assert out == list(range(100_000))
     # Exactly one outcome came back per task: none was acked twice.
-    assert sum(qp._collector.settled) == 100_000
+    assert sum(qp.collector.settled) == 100_000
     assert sum("killed" in d for d in done) >= 2, done
     cp.close()
     qp.close()

@@ -320,3 +320,28 @@ def test_an_idle_consumer_asks_only_its_home_queue_and_still_hears_of_work_elsew
         started = time.monotonic()
         assert cp.result(qp.submit(tasks.double, i), timeout=30) == 2 * i
         assert time.monotonic() - started < 0.4
+
+
+def test_map_raises_no_consumers_when_the_consumers_stop_while_it_waits(pools):
+    import threading
+
+    from daskqueue import NoConsumersError
+
+    qp = pools.queue(1)
+    cp = pools.consumer(qp, n_consumers=1, batch_size=1)
+    cp.start()
+    outcome: dict[str, object] = {}
+
+    def run_map():
+        try:
+            outcome["values"] = qp.map(functools.partial(tasks.sleep_then, seconds=0.2), range(50), timeout_s=25)
+        except Exception as e:
+            outcome["error"] = e
+
+    mapper = threading.Thread(target=run_map)
+    mapper.start()
+    wait_until(lambda: sum(s.items_done for s in cp.stats()) >= 1, timeout_s=30)
+    cp.cancel()  # from another thread than map's, as a user's stop button would
+    mapper.join(timeout=60)
+    assert not mapper.is_alive()
+    assert isinstance(outcome.get("error"), NoConsumersError), outcome

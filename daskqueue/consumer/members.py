@@ -1,0 +1,194 @@
+"""The consumer actors of a ``ConsumerPool``: placing them on workers, and following the
+cluster (membership thread): a default pool keeps one consumer on every worker as workers
+join and leave; a pool of a fixed size re-places a consumer lost with its worker at once, on
+the least busy surviving worker. The user's thread only reads a snapshot, under ``lock``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+from distributed import Client
+
+from daskqueue import defaults
+from daskqueue.queue.handles import call_all, free_actor, queue_ref
+
+__all__ = ["Members"]
+
+logger = logging.getLogger("daskqueue")
+
+
+@dataclass(eq=False)
+class _Member:
+    """One consumer actor: its index (home: the pool's ``index``-th queue, in turn), future and handle."""
+
+    index: int
+    future: Any
+    handle: Any
+
+    @property
+    def address(self) -> str:
+        return self.handle._address
+
+
+class Members:
+    """The consumer actors of one pool (see the module docstring). ``started`` and
+    ``closed`` mirror the pool's: a consumer that joins later starts if the pool is."""
+
+    def __init__(self, client: Client, queue_pool: Any, consumer_class: type, options: dict[str, Any], *,
+                 isolation: str, per_worker: bool) -> None:
+        self.client = client
+        self.queue_pool = queue_pool
+        self.consumer_class = consumer_class
+        self._options = options
+        self.isolation = isolation
+        self.per_worker = per_worker
+        self.lock = threading.RLock()
+        self.members: list[_Member] = []
+        self._next_index = 0
+        self.started = False
+        self.closed = False
+        self.replaced = 0  # consumers re-placed after their worker left or retired
+
+    def live(self) -> list[_Member]:
+        """The consumers not known to be lost (Dask's view; membership may be a moment behind)."""
+        with self.lock:
+            return [m for m in self.members if m.future.status == "finished"]
+
+    def call_all(self, method: str) -> list[str]:
+        """``method()`` on every live consumer, concurrently, all within ``STOP_TIMEOUT_S``;
+        return the failures, as text (a lost consumer must not stop the others)."""
+        targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in self.live()]
+        return call_all(targets, method, timeout_s=defaults.STOP_TIMEOUT_S)
+
+    def spawn(self, worker: str, *, strict: bool) -> tuple[int, Any]:
+        """Submit a consumer actor for ``worker`` (only there if ``strict``); its index and future."""
+        index, self._next_index = self._next_index, self._next_index + 1
+        options = dict(self._options, isolation=self.isolation, child_spec=self._child_spec(index))
+        queues, home = self._queue_refs(index)
+        future = self.client.submit(
+            self.consumer_class, index, queues, home=home,
+            **options, actor=True, pure=False, workers=[worker], allow_other_workers=not strict,
+        )
+        return index, future
+
+    def _child_spec(self, index: int) -> bytes | None:
+        """What builds consumer ``index``'s twin in a child process (None: threads only)."""
+        if self.isolation == "thread":
+            return None
+        queues, home = self._queue_refs(index)
+        kwargs = dict(self._options, home=home, isolation="thread")
+        try:
+            return cloudpickle.dumps((self.consumer_class, (index, [None] * len(queues)), kwargs))
+        except Exception as e:
+            logger.warning("%s cannot be pickled for a child process (%s); its consumers run "
+                           "batches on threads", self.consumer_class.__name__, e)
+            return None
+
+    def await_member(self, index: int, future: Any) -> _Member:
+        try:
+            handle = future.result(timeout=defaults.ACTOR_START_TIMEOUT_S)
+        except BaseException:
+            future.release()
+            raise
+        return _Member(index, future, handle)
+
+    def add(self, worker: str, *, strict: bool) -> None:
+        """Start one more consumer for ``worker`` (started if the pool is); log a failure."""
+        index, future = self.spawn(worker, strict=strict)
+        try:
+            member = self.await_member(index, future)
+            dead = self.queue_pool.lost_addresses()
+            if dead:  # it must not spend its calls on queues already known lost
+                member.handle.workers_lost(dead).result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
+            if self.started:
+                member.handle.start().result(timeout=defaults.ACTOR_START_TIMEOUT_S)
+        except Exception as e:
+            logger.warning("could not start consumer %d on %s: %s", index, worker, e)
+            future.release()
+            return
+        with self.lock:
+            self.members.append(member)
+        if self.closed:  # closed while it started: close it too
+            call_all([(f"consumer {index}", member.handle)], "close", timeout_s=defaults.STOP_TIMEOUT_S)
+
+    def _least_busy_worker(self, workers: set[str]) -> str | None:
+        with self.lock:
+            load = {w: 0 for w in workers}
+            for m in self.members:
+                if m.address in load:
+                    load[m.address] += 1
+        return min(sorted(load), key=load.__getitem__) if load else None
+
+    def on_membership(self, joined: set[str], left: set[str], retiring: set[str], membership: Any) -> None:
+        """Workers joined, left or are retiring: consumers on retiring workers settle what
+        they hold and go; forget consumers lost with theirs (their leases were taken back by
+        the queue pool), tell the others, and keep the pool at strength."""
+        going = self.let_go(retiring)
+        with self.lock:
+            lost = [m for m in self.members if m.address in left]
+            self.members = [m for m in self.members if m.address not in left]
+            alive = list(self.members)
+        if left:
+            self.tell(alive, "workers_lost", sorted(left))
+        for m in lost:
+            logger.warning("consumer %d was lost with its worker %s", m.index, m.address)
+            m.future.release()
+        if self.per_worker:
+            for worker in sorted(joined - membership.retiring):
+                self.add(worker, strict=True)
+        else:
+            for _ in lost + going:
+                worker = self._least_busy_worker(set(membership.placeable()))
+                if worker is not None:
+                    self.add(worker, strict=False)
+                    self.replaced += 1
+
+    def let_go(self, retiring: set[str]) -> list[_Member]:
+        """Consumers on retiring workers: stop (running items finish, fetched ones go back to
+        their queues, every lease is settled) and close, within ``RETIRE_STOP_TIMEOUT_S``,
+        then free the actors so that Dask may retire their workers. A consumer that is not
+        done by then is freed anyway: its unsettled leases are taken back when its worker
+        leaves. Returns them (the queue pool calls this first, before its queues move)."""
+        with self.lock:
+            members = [m for m in self.members if m.address in retiring]
+            self.members = [m for m in self.members if m.address not in retiring]
+        if not members:
+            return []
+        targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in members]
+        failed = call_all(targets, "close", timeout_s=defaults.RETIRE_STOP_TIMEOUT_S)
+        if failed:
+            logger.warning("consumers on retiring workers did not settle in time: %s", failed)
+        for m in members:
+            logger.info("consumer %d left its retiring worker %s", m.index, m.address)
+            free_actor(m.future, m.handle)
+        return members
+
+    def _queue_refs(self, index: int) -> tuple[list[Any], int]:
+        """What consumer ``index`` calls: the queue pool's queues (``queue_ref`` tuples by
+        queue index, None for a removed one: never the handles, see WorkerActor) and its home
+        queue, the pool's routing queues taken in turn."""
+        refs, homes = self.queue_pool.queue_refs(), self.queue_pool.homes
+        return refs, homes[index % len(homes)]
+
+    def queues_changed(self) -> None:
+        """The queue pool added or removed queues: every consumer fetches from the new set,
+        and takes a home among them in turn."""
+        for m in self.live():
+            refs, home = self._queue_refs(m.index)
+            self.tell([m], "set_queues", {i: r for i, r in enumerate(refs) if r is not None}, home)
+
+    def queue_moved(self, queue_index: int, handle: Any) -> None:
+        """A durable queue was reopened elsewhere: every consumer calls it there from now on."""
+        self.tell(self.live(), "set_queue", queue_index, queue_ref(handle))
+
+    @staticmethod
+    def tell(members: list[_Member], method: str, *args: Any) -> None:
+        targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in members]
+        failed = call_all(targets, method, *args, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+        if failed:
+            logger.warning("%s failed: %s", method, failed)

@@ -1,0 +1,245 @@
+"""Waiting for outcomes: what both pools' ``results``, ``result``, ``map``, ``join`` and
+``as_completed`` are made of.
+
+The :class:`~daskqueue.results.ResultCollector` fetches and files outcomes; an
+:class:`Outcomes` waits for them. Every wait has a deadline that reaches the calls it makes
+(a queue whose event loop is blocked costs the caller its timeout, no more: the timeout is
+reported as :class:`JoinTimeoutError`), and every wait that needs consumers raises
+:class:`NoConsumersError` once work is pending and none is started.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable, Iterator
+
+from daskqueue import defaults
+from daskqueue.errors import (
+    QueueCallTimeoutError,
+    ConfigurationError,
+    JoinTimeoutError,
+    NoConsumersError,
+    QueueMovedError,
+    RemoteTaskError,
+)
+from daskqueue.queue.table import QueueTable
+from daskqueue.results import MapClaim, ResultCollector
+
+__all__ = ["Outcomes", "join_counts"]
+
+Batch = list[tuple[int, Any]]
+
+
+def join_counts(qstats: list[Any], inflight: int) -> dict[str, int]:
+    """What a :class:`JoinTimeoutError` of ``join`` reports."""
+    return {
+        "ready": sum(s.ready for s in qstats),
+        "delayed": sum(s.delayed for s in qstats),
+        "leased": sum(s.leased for s in qstats),
+        "acked": sum(s.total_acked for s in qstats),
+        "dead": sum(s.dead for s in qstats),
+        "running_in_consumers": inflight,
+    }
+
+
+def _graced(deadline: float | None) -> float | None:
+    """The deadline of a call made within a wait until ``deadline`` (see ``CALL_GRACE_S``)."""
+    return None if deadline is None else deadline + defaults.CALL_GRACE_S
+
+
+def _timed_out(timeout_s: float | None, error: QueueCallTimeoutError) -> JoinTimeoutError:
+    out = JoinTimeoutError(timeout_s or 0.0, {"unanswered_queue": error.queue_index})
+    out.__cause__ = error
+    return out
+
+
+class Outcomes:
+    """Waiting for the outcomes of one queue pool (its ``collector`` and ``table``);
+    ``consumers_running()`` says whether any consumer pool of it is started."""
+
+    def __init__(self, collector: ResultCollector, table: QueueTable, *,
+                 consumers_running: Callable[[], bool]) -> None:
+        self.collector = collector
+        self.table = table
+        self._consumers_running = consumers_running
+
+    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None) -> int:
+        """Fetch the outcomes the queues hold (see ``QueuePool.poll_outcomes``), within a
+        wait until ``deadline``."""
+        return self.collector.poll(wait_s=wait_s, queue_index=queue_index, deadline=_graced(deadline))
+
+    def stats(self, deadline: float | None = None) -> list[Any]:
+        """Every queue's stats, asked at once, answered by ``deadline`` (monotonic)."""
+        table = self.table
+        calls = [(q, table.call(q, "stats")) for q in table.indices()]
+        return [table.answer_or_ask_again(q, pending, deadline) for q, pending in calls]
+
+    def taken(self, which: str, clear: bool) -> dict[int, Any]:
+        """Every result (``"results"``) or failure (``"failures"``) fetched now, as a copy or
+        (``clear``) taken."""
+        self.poll()
+        if not clear:
+            return dict(getattr(self.collector, which))
+        return self.collector.take_all(which)
+
+    # -- one task -------------------------------------------------------------------------------
+
+    def result(self, task_id: int, timeout_s: float | None) -> Any:
+        """The outcome of task ``task_id`` (an id of this pool), long-polling the queue that
+        holds it (see ``QueuePool.result``)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            return self._wait_for(task_id, deadline, timeout_s)
+        except QueueCallTimeoutError as e:
+            if deadline is None:
+                raise
+            raise _timed_out(timeout_s, e) from e
+
+    def _wait_for(self, task_id: int, deadline: float | None, timeout_s: float | None) -> Any:
+        while True:
+            known, value = self.collector.outcome(task_id)
+            if known:
+                if isinstance(value, RemoteTaskError) and task_id in self.collector.failures:
+                    raise value
+                return value
+            left = defaults.RESULT_POLL_SLICE_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise JoinTimeoutError(timeout_s or 0.0, {"pending": 1})
+            wait_s = min(left, defaults.RESULT_POLL_SLICE_S)
+            q = self.collector.queue_of(task_id)  # where it is now (it may have moved)
+            if q in self.table.removed:  # not followed any more: ask every queue
+                self.poll(deadline=deadline)
+                self.table.check_scheduler()
+                time.sleep(defaults.POLL_INTERVAL_S)
+            else:
+                self.poll(wait_s=wait_s, queue_index=q, deadline=deadline)
+
+    # -- map ------------------------------------------------------------------------------------
+
+    def wait_map(self, claim: MapClaim, *, bar: Any, deadline: float | None, timeout_s: float | None,
+                 errors: str) -> list[Any]:
+        """The values of a ``map`` call by input position, once every one is settled."""
+        try:
+            self._wait_claim(claim, bar, deadline, timeout_s)
+        except QueueCallTimeoutError as e:
+            if deadline is None:
+                raise
+            raise _timed_out(timeout_s, e) from e
+        if claim.failures:
+            if errors == "raise":
+                raise claim.failures[min(claim.failures)]
+            for position, error in claim.failures.items():
+                claim.values[position] = error
+        return claim.values
+
+    def _wait_claim(self, claim: MapClaim, bar: Any, deadline: float | None, timeout_s: float | None) -> None:
+        shown = 0
+        while not claim.complete:
+            arrived = self.poll(deadline=deadline)
+            # Checked on every pass, not only when nothing arrived: a long map that keeps
+            # completing tasks must still time out.
+            if not claim.complete and deadline is not None and time.monotonic() > deadline:
+                counts = {"done": claim.settled - len(claim.failures), "failed": len(claim.failures),
+                          "pending": claim.n - claim.settled}
+                raise JoinTimeoutError(timeout_s or 0.0, counts)
+            if arrived == 0:
+                self.table.check_scheduler()
+                if not self._consumers_running():
+                    self._no_consumers(claim, deadline)
+                time.sleep(defaults.POLL_INTERVAL_S)
+            if bar is not None and claim.settled > shown:
+                bar.update(claim.settled - shown)
+                bar.set_postfix(failed=len(claim.failures), refresh=False)
+                shown = claim.settled
+
+    def _no_consumers(self, claim: MapClaim, deadline: float | None) -> None:
+        """No consumer pool runs while a map waits: raise :class:`NoConsumersError` as
+        ``join`` does, once its messages wait in the queues (outcomes of messages that
+        settled meanwhile are fetched first)."""
+        pending = sum(s.pending for s in self.stats(_graced(deadline)))
+        self.poll(deadline=deadline)
+        if pending and not claim.complete and not self._consumers_running():
+            raise NoConsumersError(f"map() stopped with {claim.n - claim.settled:,} of {claim.n:,} tasks "
+                                   "unsettled: no consumer pool of the queue pool is started (stopped or "
+                                   "closed meanwhile)")
+
+    # -- join and as_completed ------------------------------------------------------------------
+
+    def settled_all(self, inflight: Callable[[], int], deadline: float | None, timeout_s: float | None) -> bool:
+        """Whether every message of the pool is settled and no consumer holds work
+        (``inflight()``: how many items the consumers hold); raises what ``join`` raises
+        (no consumers, past the deadline)."""
+        # Queues first, then consumers: with early ack a message leaves the queue before
+        # it runs, and it is counted by its consumer from before it leaves the queue.
+        try:
+            qstats = self.stats(_graced(deadline))
+        except QueueMovedError:  # a durable queue is still being reopened: wait on
+            self.table.check_scheduler()
+            if deadline is not None and time.monotonic() > deadline:
+                raise
+            return False
+        except QueueCallTimeoutError as e:
+            if deadline is None:
+                raise
+            raise _timed_out(timeout_s, e) from e
+        pending = sum(s.pending for s in qstats)
+        running = 0 if pending else inflight()
+        if pending == 0 and running == 0:
+            return True
+        if not self._consumers_running():
+            raise NoConsumersError(f"{pending:,} messages are pending and no consumer pool of the "
+                                   "queue pool is started: call start() first")
+        if deadline is not None and time.monotonic() > deadline:
+            raise JoinTimeoutError(timeout_s or 0.0, join_counts(qstats, running))
+        return False
+
+    def join(self, inflight: Callable[[], int], timeout_s: float | None,
+             on_pass: Callable[[], None] = lambda: None) -> None:
+        """Wait until every message is settled and no consumer holds work, fetching
+        outcomes on the way (see ``ConsumerPool.join``); ``on_pass`` runs on each pass."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            self._poll_until(deadline, timeout_s)
+            if self.settled_all(inflight, deadline, timeout_s):
+                self._poll_until(deadline, timeout_s)
+                return
+            on_pass()
+            self.table.check_scheduler()
+            time.sleep(defaults.POLL_INTERVAL_S)
+
+    def _poll_until(self, deadline: float | None, timeout_s: float | None) -> int:
+        try:
+            return self.poll(deadline=deadline)
+        except QueueCallTimeoutError as e:
+            if deadline is None:
+                raise
+            raise _timed_out(timeout_s, e) from e
+
+    def batches(self, inflight: Callable[[], int], ids: Iterable[int] | None,
+                timeout_s: float | None) -> Iterator[Batch]:
+        """The outcomes of ``as_completed``, a poll's worth at a time, each taken."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        wanted = None if ids is None else set(ids)
+        collector = self.collector
+        while wanted is None or wanted:
+            self._poll_until(deadline, timeout_s)
+            batch = collector.take(wanted)
+            if batch:
+                if wanted is not None:
+                    wanted.difference_update(i for i, _ in batch)
+                yield batch
+                continue
+            if self.settled_all(inflight, deadline, timeout_s):
+                self._poll_until(deadline, timeout_s)
+                batch = collector.take(wanted)
+                if batch:
+                    yield batch
+                if wanted is not None:
+                    wanted.difference_update(i for i, _ in batch)
+                    if wanted:
+                        raise ConfigurationError(
+                            f"{len(wanted):,} of the ids (e.g. {min(wanted)}) have no outcome to come: "
+                            "taken already (by as_completed or results(clear=True)), or not of this pool")
+                return
+            self.table.check_scheduler()
+            time.sleep(defaults.POLL_INTERVAL_S)

@@ -1,0 +1,352 @@
+"""How a queue pool follows its cluster: the membership thread's reactions.
+
+Workers retire: their queues hand their state to successors elsewhere (two-phase: the old
+actor stops serving provisionally, ``handoff_done`` makes it final once the successor is
+installed, ``handoff_abort`` resumes it when no successor could be). Workers left: their
+queues are lost (a durable one is reopened elsewhere), every other queue takes back the
+leases of the consumers that were there. No worker can take a queue now: a durable one
+waits for one to join, a handed-off state is parked in the client.
+
+Every wait here is bounded (``defaults.SUCCESSOR_WAIT_S``, ``CONTROL_CALL_TIMEOUT_S``): one
+membership thread serves every pool of a client, so a slow reaction must not hold the
+others. A successor that starts slower is finished on a later membership event, or by a
+call that waits for its queue (:meth:`Follower.finish_started`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from daskqueue import defaults, registry
+from daskqueue.errors import QueueLostError
+from daskqueue.queue.handles import DirectActor, call_all, direct_handles, free_actor, queue_ref
+
+__all__ = ["Follower", "confirm_hand_off"]
+
+logger = logging.getLogger("daskqueue")
+
+
+def confirm_hand_off(old: Any, method: str) -> bool:
+    """Tell a queue that handed off its state ``handoff_done`` or ``handoff_abort`` (best
+    effort, bounded); whether it took effect. A queue without two-phase hand-off (an older
+    actor) counts as confirmed: its hand-off was final already."""
+    try:
+        # False: too late (a queue that serves again already cannot be made final, and the
+        # reverse); None: an actor whose methods answer nothing.
+        return getattr(old, method)().result(timeout=defaults.CONTROL_CALL_TIMEOUT_S) is not False
+    except AttributeError:
+        return True
+    except Exception as e:
+        logger.warning("queue at %s: %s failed: %s: %s", old._address, method, type(e).__name__, e)
+        return False
+
+
+@dataclass
+class _Submitted:
+    """A successor actor submitted, and the scattered hand-off state it starts from."""
+
+    future: Any
+    scattered: Any = None
+
+    def done_with_state(self) -> None:
+        """The actor started (or failed): the scattered state is not needed any more."""
+        if self.scattered is not None:
+            self.scattered.release()
+            self.scattered = None
+
+
+@dataclass
+class _Start:
+    """A successor still starting after the membership thread stopped waiting for it."""
+
+    submitted: _Submitted
+    since: float
+    state: bytes | None  # the parked state it was started with (kept if it fails)
+
+    @property
+    def future(self) -> Any:
+        return self.submitted.future
+
+
+class Follower:
+    """The membership reactions of queue pool ``pool`` (its ``table``, ``client``,
+    ``membership``, ``actor_spec(q)``, ``consumer_pools()`` and ``closed``)."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.table = pool.table
+        self.parked: dict[int, bytes] = {}  # handed-off state waiting for a worker to join
+        self.awaiting_worker: set[int] = set()  # durable queues to reopen when a worker joins
+        self.slots: dict[str, int] = {}  # consumer pool id -> its running slots (typed pools)
+        self._starting: dict[int, _Start] = {}
+        self._hand_off_again: set[int] = set()  # hand-offs that failed: tried on the next event
+        self._lock = threading.RLock()
+
+    def on_membership(self, joined: set[str], left: set[str], retiring: set[str]) -> None:
+        """See the module docstring; consumers on retiring workers settle first, with their
+        queues still in place (a queue with nowhere to go waits in the client, where no
+        settlement can reach it)."""
+        table = self.table
+        with self._lock:
+            self.finish_started()
+            if retiring:
+                for cp in self.pool.consumer_pools():
+                    cp.on_workers_retiring(retiring)
+            still = self.pool.membership.retiring
+            again, self._hand_off_again = self._hand_off_again, set()
+            for q, handle in enumerate(table.handles):
+                if (handle._address in retiring or (q in again and handle._address in still)) \
+                        and q not in table.lost and q not in table.moving and q not in table.removed:
+                    self.hand_off(q)
+            if joined and self.parked:
+                self._unpark()
+            if joined and self.awaiting_worker:
+                for q in sorted(self.awaiting_worker):
+                    self.awaiting_worker.discard(q)
+                    self.reopen(q)
+            if left:
+                self._lost_workers(left)
+
+    def _lost_workers(self, left: set[str]) -> None:
+        table, reopen = self.table, []
+        for q, handle in enumerate(table.handles):
+            if handle._address not in left or q in table.lost or q in self.parked or q in table.removed \
+                    or q in self._starting:
+                continue
+            if self.pool.durability == "durable":
+                table.begin_move(q)
+                reopen.append(q)
+                logger.warning("queue %d of %r was lost with its worker %s; reopening it elsewhere",
+                               q, self.pool, handle._address)
+            else:
+                table.lost[q] = handle._address
+                logger.error("queue %d of %r was lost with its worker %s", q, self.pool, handle._address)
+        try:
+            alive = [(f"queue {q}", h) for q, h in table.in_service()]
+            failed = call_all(alive, "workers_lost", sorted(left), timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+            if failed:
+                logger.warning("taking back the leases of lost workers failed: %s", failed)
+        finally:  # a queue marked moving must be reopened (or given up), whatever happened
+            for q in reopen:
+                self.reopen(q)
+
+    def reopen(self, q: int) -> None:
+        """Reopen durable queue ``q`` from its directory on a surviving worker and move every
+        handle to it. With no worker to take it now, it waits for the next worker to join;
+        calls to it wait meanwhile."""
+        if not self.placeable_for(q):
+            self.awaiting_worker.add(q)
+            logger.warning("queue %d of %r: no worker can take it now; reopening it when one joins", q, self.pool)
+            return
+        try:
+            submitted = self._submit_successor(q)
+        except BaseException as e:
+            logger.error("queue %d could not be reopened (%s); it stays lost", q, e)
+            self.table.give_up(q)
+            return
+        self._await_start(q, submitted, None)
+
+    def hand_off(self, q: int) -> None:
+        """Move queue ``q`` off its retiring worker (two-phase, see the module docstring).
+        Calls made meanwhile wait for the move; calls the old queue refused are made again
+        at the successor."""
+        table = self.table
+        old = table.handles[q]
+        table.begin_move(q)
+        try:
+            state = old.hand_off().result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)
+        except Exception as e:  # it may have stopped serving provisionally: resume it
+            logger.error("queue %d of %r could not hand off from %s (%s: %s); trying again on the next "
+                         "membership event", q, self.pool, old._address, type(e).__name__, e)
+            confirm_hand_off(old, "handoff_abort")
+            table.end_move(q)
+            self._hand_off_again.add(q)
+            return
+        if not self.placeable_for(q):
+            if confirm_hand_off(old, "handoff_done"):
+                self._park(q, state)
+            else:
+                table.end_move(q)
+            return
+        started = self._start_now(q, state)
+        if started is None or not confirm_hand_off(old, "handoff_done"):
+            # No successor (or the old queue resumed meanwhile): the old queue serves on.
+            if started is not None:
+                self._discard(q, *started)
+            confirm_hand_off(old, "handoff_abort")
+            table.end_move(q)
+            self._hand_off_again.add(q)
+            logger.error("queue %d of %r: no successor took its state; it serves on at %s (trying again on "
+                         "the next membership event)", q, self.pool, old._address)
+            return
+        self.install(q, *started)
+        logger.info("queue %d of %r moved from retiring worker %s", q, self.pool, old._address)
+
+    def _start_now(self, q: int, state: bytes) -> tuple[Any, Any] | None:
+        """A successor of queue ``q`` with ``state``, started within ``SUCCESSOR_WAIT_S``
+        (trying twice), or None."""
+        deadline = time.monotonic() + defaults.SUCCESSOR_WAIT_S
+        for _ in range(2):
+            submitted = None
+            try:
+                submitted = self._submit_successor(q, state, timeout_s=max(1.0, deadline - time.monotonic()))
+                handle = submitted.future.result(timeout=max(0.0, deadline - time.monotonic()))
+                submitted.done_with_state()
+                return self._handle_of(q, handle), submitted.future
+            except BaseException as e:
+                logger.warning("queue %d: starting its successor failed (%s: %s)", q, type(e).__name__, e)
+                if submitted is not None:
+                    submitted.done_with_state()
+                    submitted.future.release()
+            if time.monotonic() >= deadline:
+                break
+        return None
+
+    def _discard(self, q: int, handle: Any, future: Any) -> None:
+        call_all([(f"queue {q}", handle)], "close", timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+        future.release()
+
+    def placeable_for(self, q: int) -> list[str]:
+        """Workers a new actor of queue ``q`` may go to, those without a queue first."""
+        table = self.table
+        busy = {h._address for i, h in enumerate(table.handles)
+                if i != q and i not in self.parked and i not in table.removed}
+        workers = [w for w in self.pool.membership.placeable() if w != table.handles[q]._address]
+        return [w for w in workers if w not in busy] or workers
+
+    def _park(self, q: int, state: bytes) -> None:
+        """No other worker can take queue ``q`` now (every worker is retiring): keep its
+        handed-off state here, free the old actor so its worker may retire, and start the
+        successor on the next worker that joins. Calls to the queue wait meanwhile."""
+        self.parked[q] = state
+        free_actor(self.table.futures[q], self.table.handles[q])
+        logger.warning("queue %d of %r: no worker can take it now; its state waits in the client "
+                       "for the next worker to join", q, self.pool)
+
+    def _unpark(self) -> None:
+        """Workers joined: start the parked queues there."""
+        for q in sorted(self.parked):
+            if q in self._starting:
+                continue
+            if not self.placeable_for(q):
+                return
+            try:
+                submitted = self._submit_successor(q, self.parked[q])
+            except BaseException as e:
+                logger.warning("queue %d: starting its successor failed (%s: %s); it waits for "
+                               "another worker", q, type(e).__name__, e)
+                continue
+            self._await_start(q, submitted, self.parked.pop(q))
+
+    def _submit_successor(self, q: int, handoff: bytes | None = None, *,
+                          timeout_s: float = defaults.CONTROL_CALL_TIMEOUT_S) -> _Submitted:
+        """Submit a new actor for queue ``q`` on a worker that may hold one, with the
+        ``handoff`` of its previous actor if it has one (sent to the worker within
+        ``timeout_s``)."""
+        free = self.placeable_for(q)
+        if not free:
+            raise QueueLostError(q, self.table.handles[q]._address, self.pool.durability)
+        queue_class, args, kwargs = self.pool.actor_spec(q)
+        client = self.pool.client
+        state = None
+        if handoff is not None:
+            state = client.scatter(handoff, workers=free[:1], timeout=timeout_s)
+        future = client.submit(queue_class, *args, **kwargs, handoff=state, actor=True, pure=False,
+                               workers=free, allow_other_workers=False)
+        return _Submitted(future, state)
+
+    def _await_start(self, q: int, submitted: _Submitted, state: bytes | None) -> None:
+        """Wait up to ``SUCCESSOR_WAIT_S`` for a successor of queue ``q``; a slower one is
+        finished later (:meth:`finish_started`)."""
+        try:
+            submitted.future.result(timeout=defaults.SUCCESSOR_WAIT_S)
+        except TimeoutError:
+            self._starting[q] = _Start(submitted, time.monotonic(), state)
+            logger.warning("queue %d of %r: its successor is still starting; it is installed when ready", q,
+                           self.pool)
+            return
+        except BaseException:
+            pass  # failed: handled as a finished start
+        self._finish(q, _Start(submitted, time.monotonic(), state))
+
+    def finish_started(self, *, blocking: bool = True) -> None:
+        """Install the successors that started since the membership thread stopped waiting
+        for them, give up on those that failed or took ``QUEUE_START_TIMEOUT_S``. Called on
+        every membership event, and (not blocking) by calls waiting for a moving queue."""
+        if not self._starting or not self._lock.acquire(blocking=blocking):
+            return
+        try:
+            for q, start in list(self._starting.items()):
+                if start.future.done() or time.monotonic() - start.since > defaults.QUEUE_START_TIMEOUT_S:
+                    del self._starting[q]
+                    self._finish(q, start)
+        finally:
+            self._lock.release()
+
+    def _finish(self, q: int, start: _Start) -> None:
+        start.submitted.done_with_state()
+        try:
+            if not start.future.done():
+                raise TimeoutError(f"not started within {defaults.QUEUE_START_TIMEOUT_S:g} s")
+            handle = start.future.result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)  # done: at once
+        except BaseException as e:
+            start.future.release()
+            if start.state is not None:
+                self.parked[q] = start.state  # waits for another worker
+                logger.warning("queue %d: its successor failed (%s); it waits for another worker", q, e)
+            else:
+                logger.error("queue %d could not be reopened (%s); it stays lost", q, e)
+                self.table.give_up(q)
+            return
+        self.install(q, self._handle_of(q, handle), start.future)
+        logger.warning("queue %d of %r started on %s", q, self.pool, handle._address)
+
+    def _handle_of(self, q: int, handle: Any) -> Any:
+        return direct_handles([handle], direct=isinstance(self.table.handles[q], DirectActor))[0]
+
+    def install(self, q: int, handle: Any, future: Any) -> None:
+        """Queue ``q`` lives at ``handle`` from now on: route there, free the old actor (its
+        worker may then retire), and point every consumer there."""
+        if self.pool.closed:  # closed meanwhile: the new actor must not keep the directory locked
+            self._discard(q, handle, future)
+            self.table.give_up(q)
+            return
+        old_future, old_handle = self.table.replace(q, handle, future)
+        free_actor(old_future, old_handle)
+        for cp in self.pool.consumer_pools():
+            cp.on_queue_moved(q, handle)
+        self.share_peers()
+        registry.register_pool(self.pool)
+
+    # -- peers and slots ------------------------------------------------------------------------
+
+    def share_peers(self) -> None:
+        """Tell every queue where the others are (they announce to each other when they
+        have work) and, in a typed pool, the consumer pools' slots: at start, and after a
+        queue moved (its successor starts knowing nothing). Every queue gets it, a pool's
+        only one too: the call starts its housekeeping."""
+        table = self.table
+        refs = [None if i in table.removed else queue_ref(h) for i, h in enumerate(table.handles)]
+        live = [(f"queue {i}", h) for i, h in table.in_service()]
+        failed = call_all(live, "set_peers", refs, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+        for owner, slots in list(self.slots.items()):
+            failed += call_all(live, "set_slots", owner, slots, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+        if failed:
+            logger.warning("telling the queues their peers and slots failed: %s", failed)
+
+    def set_slots(self, owner: str, slots: int, *, typed: bool) -> None:
+        """Consumer pool ``owner`` runs ``slots`` batches at once (0: stopped or closed)."""
+        if not typed or self.slots.get(owner, 0) == slots:
+            return
+        self.slots[owner] = slots
+        if not slots:
+            del self.slots[owner]
+        live = [(f"queue {i}", h) for i, h in self.table.in_service()]
+        failed = call_all(live, "set_slots", owner, slots, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+        if failed:
+            logger.warning("telling the queues the consumers' slots failed: %s", failed)
+

@@ -1,0 +1,139 @@
+"""Changing the number of queues of a pool: ``add_queues`` and ``remove_queue``.
+
+Keys (and, in a typed pool, types) move on the ring: only those on the arcs that change
+hands move, with their waiting messages, in put order. Moved messages keep their ids: the
+result collector reports their outcomes under the old ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from daskqueue import defaults, registry
+from daskqueue.errors import ConfigurationError, JoinTimeoutError, QueueLostError
+from daskqueue.messages import MAX_QUEUES
+from daskqueue.queue.actors import start_actors
+from daskqueue.queue.directory import record_removed
+from daskqueue.queue.handles import LOST_CHECK_S, DirectActor, call_all, direct_handles, free_actor
+from daskqueue.validate import check_number
+
+__all__ = ["add_queues", "remove_queue", "take_out"]
+
+logger = logging.getLogger("daskqueue")
+
+
+def add_queues(pool: Any, k: int) -> list[int]:
+    """Add ``k`` queues to ``pool`` (see ``QueuePool.add_queues``); their indices."""
+    table = pool.table
+    check_number("k", k, integer=True, at_least=1, at_most=MAX_QUEUES - len(table.handles))
+    old = len(table.handles)
+    new = list(range(old, old + k))
+    previous = pool.config
+    pool.config = dataclasses.replace(previous, n_queues=old + k)
+    try:
+        queue_class, queue_args = pool.actor_args()
+        busy = {h._address for i, h in enumerate(table.handles) if i not in table.removed}
+        workers = pool.membership.placeable()
+        free = [w for w in workers if w not in busy] or workers
+        handles, futures = start_actors(pool.client, queue_class, [queue_args[q] for q in new], pool.queue_kwargs(),
+                                        [free[j % len(free)] for j in range(k)], spread=len(free) >= k)
+    except BaseException:
+        pool.config = previous
+        raise
+    table.grow(direct_handles(handles, direct=isinstance(table.handles[0], DirectActor)), futures)
+    pool.collector.add_queues(k)
+    pool.follower.share_peers()
+    nodes = pool.router.targets + new
+    for cp in pool.consumer_pools():
+        cp.on_queues_changed()
+    moved = move_from(pool, [q for q in pool.router.targets if q not in table.lost], nodes, everything=False)
+    pool.router.route_to(nodes)
+    registry.register_pool(pool)
+    logger.info("%r: added queues %s; %d waiting messages moved to them", pool, new, moved)
+    return new
+
+
+def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
+    """Take queue ``index`` out of ``pool`` (see ``QueuePool.remove_queue``); how many of
+    its messages moved."""
+    table = pool.table
+    check_number("index", index, integer=True, at_least=0)
+    if index >= len(table.handles) or index in table.removed:
+        raise ConfigurationError(f"{pool!r} has no queue {index} (its queues: {pool.queue_indices})")
+    if index in table.lost:
+        raise table.lost_error(index)
+    nodes = [q for q in pool.router.targets if q != index]
+    if not nodes:
+        raise ConfigurationError(f"queue {index} is the last queue of {pool!r}: close the pool instead")
+    pool.router.route_to(nodes)
+    for cp in pool.consumer_pools():
+        cp.on_queues_changed()  # homes move off it; it is still served until it is drained
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    moved = 0
+    while True:
+        moved += move_from(pool, [index], nodes, everything=True)
+        s = table.ask(index, "stats", deadline=_call_deadline(deadline))
+        if s.pending == 0:
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            raise JoinTimeoutError(timeout_s or 0.0, {"ready": s.ready, "delayed": s.delayed, "leased": s.leased})
+        table.check_scheduler()
+        time.sleep(defaults.MOVE_POLL_S)
+    pool.poll_outcomes(queue_index=index)  # every outcome it holds, before it goes
+    take_out(pool, index)
+    if pool.durability == "durable":
+        record_removed(pool.dirpath, index)
+    pool.follower.share_peers()
+    registry.register_pool(pool)
+    for cp in pool.consumer_pools():
+        cp.on_queues_changed()
+    logger.info("%r: queue %d removed; %d of its messages moved to the others", pool, index, moved)
+    return moved
+
+
+def _call_deadline(deadline: float | None) -> float | None:
+    """A call's deadline within a wait until ``deadline``: a call made at the deadline still
+    gets a moment to answer (the wait's own timeout is reported, with counts, after it)."""
+    return None if deadline is None else max(deadline, time.monotonic() + LOST_CHECK_S)
+
+
+def take_out(pool: Any, q: int) -> None:
+    """Queue ``q`` is drained: close its actor and forget it (its index stays taken)."""
+    table = pool.table
+    failed = call_all([(f"queue {q}", table.handles[q])], "close", timeout_s=defaults.STOP_TIMEOUT_S)
+    if failed:
+        logger.warning("closing removed queue %d failed: %s", q, failed)
+    free_actor(table.futures[q], table.handles[q])
+    table.removed.add(q)
+    pool.collector.removed.add(q)
+    pool.router.route_to([i for i in pool.router.targets if i != q])
+
+
+def move_from(pool: Any, sources: list[int], nodes: list[int], *, everything: bool) -> int:
+    """Have queues ``sources`` hand the messages the ring of ``nodes`` routes elsewhere to
+    their queues (all of them with ``everything``); record the moves so that their outcomes
+    come back under their old ids; return how many moved. A destination that did not
+    answer is asked again (the move is idempotent); still failing, raises
+    :class:`QueueLostError` for that source."""
+    table, typed = pool.table, pool.router.typed
+    total = 0
+    for _ in range(defaults.PUT_ATTEMPTS):
+        calls = [(q, table.call(q, "move_out", nodes, typed, everything)) for q in sources]
+        retry = []
+        for q, pending in calls:
+            runs, failed = table.answer_or_ask_again(q, pending)
+            pool.collector.moved(runs, q)
+            for _, count, dest, _ in runs:
+                table.put_counts[q] -= count
+                table.put_counts[dest] += count
+                total += count
+            if failed:
+                logger.warning("queue %d: moving messages failed (%s); trying again", q, "; ".join(failed))
+                retry.append(q)
+        if not retry:
+            return total
+        sources = retry
+    raise QueueLostError(sources[0], table.handles[sources[0]]._address, pool.durability)

@@ -1,0 +1,142 @@
+"""Sending a submission's encoded batches to the queues, and reading back their ids.
+
+Every batch of a submission is encoded before any is sent; the batches then go out at once
+and every answer is collected, even after one failed: messages a queue stored run whether or
+not the client hears of it, so their ids are never abandoned. A submission that failed
+part-way raises the first error with ``stored_ids`` (by input position, None where not stored)
+and, for a lost transient queue, ``lost_messages`` counting the failed puts' messages too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Sequence
+
+from daskqueue import defaults
+from daskqueue.errors import ConfigurationError, QueueLostError, QueueMovedError
+from daskqueue.messages import QUEUE_INDEX_BITS, make_id
+from daskqueue.queue.encode import PutBatch, encode_keyed
+from daskqueue.queue.router import Router, consecutive_runs, waves
+from daskqueue.queue.table import Pending, QueueTable
+from daskqueue.results import MapClaim, ResultCollector
+from daskqueue.segment.format import TOKEN_SIZE
+from daskqueue.serialize import encode_put
+
+__all__ = ["Sender", "check_keys"]
+
+logger = logging.getLogger("daskqueue")
+
+
+def check_keys(keys: Sequence[Any], n: int, *, key: str | None, typed: str | None) -> list[str]:
+    """The per-message routing keys of a submission of ``n`` messages, validated
+    (``typed``: the scheduler of a pool that routes by type, which refuses keys)."""
+    if key is not None:
+        raise ConfigurationError("give key= (one key for every message) or keys=, not both")
+    if typed is not None:
+        raise ConfigurationError(f"keys= routes messages by key; a {typed!r} pool routes "
+                                 "them by type: use keys in a 'fifo' pool")
+    keys = list(keys)
+    if len(keys) != n:
+        raise ConfigurationError(f"keys has {len(keys)} keys for {n} messages")
+    for i, k in enumerate(keys):
+        if not isinstance(k, str):
+            raise ConfigurationError(f"key {i} must be a str, got {k!r:.80}")
+    return keys
+
+
+class Sender:
+    """Sends encoded put batches of one pool (its ``table``, ``router`` and ``collector``)."""
+
+    def __init__(self, table: QueueTable, router: Router, collector: ResultCollector) -> None:
+        self.table = table
+        self.router = router
+        self.collector = collector
+
+    def send_keyed(self, keyed: list[tuple[int, PutBatch]], n: int) -> list[int]:
+        """Send batches encoded by key (each to its key's queue), in waves; their ids."""
+        ids: list[Any] = [None] * n
+        for wave in waves(keyed):
+            self.send([b for _, b in wave], n=n, queues=[q for q, _ in wave], into=ids)
+        return ids
+
+    def keyed(self, keys: list[str], payload_of: Callable[[int], Any], options: Any, *,
+              size: int, limit: int, what: str) -> list[tuple[int, PutBatch]]:
+        """Encode messages by key, each to its key's queue on the ring."""
+        return encode_keyed(keys, self.router.key_queue, payload_of, options, size=size, limit=limit, what=what)
+
+    def send(self, batches: list[PutBatch], *, n: int = 0, claim: MapClaim | None = None,
+             queue: int | None = None, queues: list[int] | None = None, into: list[int] | None = None) -> list[int]:
+        """Send every encoded batch, round-robin (or all to ``queue``, or batch ``i`` to
+        ``queues[i]``), concurrently; return the ids of the ``n`` messages by input position
+        (with ``claim``, route their results to it instead and return nothing). Every
+        answer is collected before a failure is raised (see the module docstring)."""
+        sends = []
+        errors: list[tuple[int, BaseException, int]] = []
+        for i, batch in enumerate(batches):
+            q = queues[i] if queues is not None else self.router.pick(queue)
+            try:
+                sends.append((q, batch) + self._put(q, batch))
+            except Exception as e:  # not sent: its messages are not stored
+                errors.append((q, e, sum(g.count for g in batch[0])))
+        ids: list[Any] = [None] * n if into is None else into
+        for q, (groups, _, positions), blob, token, pending in sends:
+            try:
+                allocated = self._put_answer(q, pending, blob, token)
+            except Exception as e:
+                errors.append((q, e, sum(g.count for g in groups)))
+                continue
+            self._stored(q, groups, positions, allocated, ids, claim)
+        if errors:
+            raise self._failure(errors, ids)
+        return ids
+
+    def _put(self, q: int, batch: PutBatch) -> tuple[bytes, bytes, Pending]:
+        groups, funcs, _ = batch
+        # A function confirmed at a queue is not sent to it again.
+        sent = self.table.sent_funcs[q]
+        blob = encode_put(groups, sent.unsent(funcs))
+        token = os.urandom(TOKEN_SIZE)
+        return blob, token, self.table.call(q, "put_batch", blob, token)
+
+    def _stored(self, q: int, groups: Any, positions: Any, allocated: Any, ids: list[Any],
+                claim: MapClaim | None) -> None:
+        """Queue ``q`` stored a batch: count it, and record its ids (or its claim)."""
+        self.table.put_counts[q] += sum(g.count for g in groups)
+        self.table.sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
+        for (first_seq, count), pos in zip(allocated, positions):
+            if claim is not None:
+                for run_seq, run_count, run_pos in consecutive_runs(first_seq, pos):
+                    self.collector.claim(q, run_seq, run_count, claim, run_pos)
+            elif isinstance(pos, range) and pos.step == 1:
+                ids[pos.start : pos.stop] = [(s << QUEUE_INDEX_BITS) | q for s in range(first_seq, first_seq + count)]
+            else:
+                for k, p in enumerate(pos):
+                    ids[p] = make_id(q, first_seq + k)
+
+    def _failure(self, errors: list[tuple[int, BaseException, int]], ids: list[Any]) -> BaseException:
+        """The error of a submission that failed part-way: the first one, with the ids of
+        what was stored; a lost transient queue's count includes every failed put to it."""
+        q, error, _ = errors[0]
+        for other_q, other, _ in errors[1:]:
+            logger.warning("put to queue %d failed too: %s: %s", other_q, type(other).__name__, other)
+        if isinstance(error, QueueLostError) and not isinstance(error, QueueMovedError):
+            unsent = sum(count for eq, _, count in errors if eq == q)
+            lost = self.table.lost_error(q, unsent=unsent)
+            lost.__cause__ = error.__cause__ or error
+            error = lost
+        error.stored_ids = ids  # type: ignore[attr-defined]
+        return error
+
+    def _put_answer(self, q: int, pending: Pending, blob: bytes, token: bytes) -> Any:
+        """The answer to a put; if the queue moved meanwhile (its answer may be lost), the same
+        put again where it moved, with the same token: a queue that stored it already answers
+        with the ids it gave and stores nothing, so the put is neither lost nor stored twice."""
+        for _ in range(defaults.PUT_ATTEMPTS - 1):
+            try:
+                return self.table.answer(q, pending)
+            except QueueMovedError:
+                self.table.await_move(q, pending.handle)
+                logger.info("queue %d moved while a put was in flight; putting again there", q)
+                pending = self.table.call(q, "put_batch", blob, token)
+        return self.table.answer(q, pending)
