@@ -70,8 +70,7 @@ def crash(q):
         segment.close()  # munmap + close: no msync (the page cache keeps the bytes)
     store._segments.clear()
     store._index.close()  # close(2) only, no fsync
-    os.close(store._lock_fd)  # the kernel drops the flock with the last descriptor
-    store._lock_fd = -1
+    store._lock.drop()  # the kernel drops the flock with the last descriptor
     q._closed = True
 
 
