@@ -5,14 +5,15 @@ Owns the files; knows nothing of queues. Callers append log records and index re
 settings"). Segments are pinned by the live records they hold and deleted when unpinned.
 
 Not thread-safe: one owner at a time calls it: the queue actor on its event loop, or the
-queue's compaction thread while the queue is paused (``QueueActorBase._run_paused``). The one
-exception is syncing: ``sync_soon`` runs the msyncs and fsyncs on the store's own sync thread
-(one, so syncs stay in order) while the owner goes on appending; a slow disk (NFS, Lustre)
-then stalls that thread, not the owner's event loop.
+queue's compaction thread while the queue is paused (``QueueActorBase._run_paused``). The
+exceptions are the waits for the disk: ``sync_soon`` runs the msyncs and fsyncs on the
+store's own sync thread (one, so syncs stay in order) while the owner goes on appending, and
+the next log segment is made ahead on that thread too; a slow disk (NFS, Lustre) then stalls
+that thread, not the owner's event loop.
 
 The store's jobs live in modules of their own: the marker and lock (``lockfile``), opening
 by the recovery rules (``opening``), the sync thread and its bookkeeping (``durability``),
-which segments may go (``lifetimes``).
+which segments may go (``lifetimes``), the next segment, made ahead (``rotation``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from daskqueue.segment.lifetimes import SegmentLifetimes
 from daskqueue.segment.lockfile import DirectoryLock, fsync_dir, prepare_directory, unlink_or_warn
 from daskqueue.segment.log import LogSegment, os_errors
 from daskqueue.segment.opening import append_point, open_files
+from daskqueue.segment.rotation import NextSegment
 
 __all__ = ["SegmentStore", "FsyncPolicy"]
 
@@ -72,6 +74,7 @@ class SegmentStore:
         self._index: IndexSegment | None = None
         self._lifetimes = SegmentLifetimes()
         self._lock: DirectoryLock | None = None
+        self._next = NextSegment(self.dirpath, max_segment_bytes, dir_mode & 0o666, self._durability)
         # A new directory gets ``dir_mode`` (default: the owner only); its files the same
         # bits without execute (0o600): payloads are pickles, and whoever can write them can
         # run code in the workers.
@@ -95,9 +98,10 @@ class SegmentStore:
             self.dropped.append(opened.tail)
         self._last_compacted_size = self._index.size
         if not self._segments:
-            self._new_segment(1)
+            self._segments[1] = self._next.create(1)
         self.active = self._segments[max(self._segments)]
         self.active.end = append_point(self.active, self.records)  # rule 9
+        self._next.prepare(self.active.number + 1, here=True)
 
     @property
     def fsync(self) -> FsyncPolicy:
@@ -146,7 +150,7 @@ class SegmentStore:
         if length > self.max_record_body:
             raise PayloadTooLargeError(length, self.max_record_body)
         if not self.active.fits(length):
-            self.active = self._new_segment(self.active.number + 1)
+            self._roll_over()
         offset = self.active.append(kind, *parts)
         self._durability.mark_dirty()
         return self.active.number, offset
@@ -168,12 +172,18 @@ class SegmentStore:
             raise
         self._durability.mark_dirty()
 
-    def _new_segment(self, number: int) -> LogSegment:
-        segment = LogSegment.create(self._path(log_name(number)), number, self.max_segment_bytes, self.file_mode)
-        self._segments[number] = segment  # closed by close() even if the next line fails
-        self._sync_dir()
-        logger.debug("%s: new log segment %d", self.dirpath, number)
-        return segment
+    def _roll_over(self) -> None:
+        """Make the next segment the active one. It was made ahead, durable (``rotation``):
+        no fsync here, on the owner's thread; then the one after it is started."""
+        number = self.active.number + 1
+        self._segments[number] = self.active = self._next.take(number)
+        self._next.prepare(number + 1)
+
+    @property
+    def spare_number(self) -> int | None:
+        """The number of the segment made ahead for the next rollover, once it is on disk
+        (it holds nothing; not one of ``segment_numbers()``)."""
+        return self._next.number
 
     # -- durability ---------------------------------------------------------------------------
 
@@ -222,12 +232,14 @@ class SegmentStore:
         """
         return self._durability.submit(self._sync_job(index_only=index_only))
 
-    def _sync_job(self, *, index_only: bool) -> Callable[[], None]:
+    def _sync_job(self, *, index_only: bool, reclaim: bool = True) -> Callable[[], None]:
         """What a sync does, snapshotted on the owner's thread: the segments to msync, the
-        index, and the retired segments (handed to the job, which deletes them)."""
+        index, and (``reclaim``) the retired segments, handed to the job, which deletes them."""
         active = self.active.number
-        doomed = [self._segments.pop(n) for n in self._lifetimes.deletable(active) if n in self._segments]
-        self._lifetimes.forget_unpinned(active)
+        doomed = []
+        if reclaim:
+            doomed = [self._segments.pop(n) for n in self._lifetimes.deletable(active) if n in self._segments]
+            self._lifetimes.forget_unpinned(active)
         segments = [] if index_only else list(self._segments.values())
         index = self._index
         durability = self._durability
@@ -285,7 +297,10 @@ class SegmentStore:
     def replace_index(self, records: list[bytes]) -> None:
         """Compaction: make ``records`` (each ``IndexRecord.to_bytes()``) the whole index,
         crash-safely (FORMAT.md)."""
-        self.sync()  # copied-forward log records must be on disk before the index names them
+        # Copied-forward log records must be on disk before the index names them. No segment
+        # is deleted by this sync: the pins are the old index's until the owner resets them,
+        # and a segment emptied while active may hold copies now (and no longer be active).
+        self._durability.run(self._sync_job(index_only=False, reclaim=False))
         nxt = self.generation + 1
         new = IndexSegment.create(self._path(index_name(nxt)), records, self.file_mode)  # fsynced, renamed
         old = self._index
@@ -321,6 +336,7 @@ class SegmentStore:
                 self.sync()
         finally:
             self._durability.shutdown()  # a failed sync: the ones before it end first
+            self._next.discard()  # holds nothing: at a reopen it would only become the active one
             for segment in self._segments.values():
                 segment.close()
             self._segments.clear()
