@@ -9,6 +9,7 @@ import pickle
 
 from daskqueue.messages import Kind
 from daskqueue.queue.durable import DurableQueue
+from daskqueue.segment.format import log_name
 from daskqueue.serialize import Group, decode_delivery, encode_put, encode_settle, pack_payloads
 
 
@@ -57,8 +58,11 @@ async def background_done(q):
         await asyncio.sleep(0.001)
 
 
-def crash(q):
+def crash(q, *, made_ahead=True):
     """Drop the queue like a killed process: release its descriptors, write and sync nothing.
+
+    The next log segment, made ahead of the rollover, stays on disk; ``made_ahead=False``
+    deletes it: the crash came before it was made.
 
     The one way tests simulate a process crash of a ``DurableQueue``; the queue refuses calls
     afterwards. Reopen the directory with a new queue to recover it.
@@ -66,12 +70,18 @@ def crash(q):
     if q._sweeper is not None:
         q._sweeper.cancel()
     store = q._store
+    # Jobs the sync thread took up ran before the crash (a real one may cut them short: what
+    # that leaves, rules 1 and 2 cover); the next segment, made ahead, stays on disk.
+    store.wait_for_syncs()
+    spare = store.spare_number
+    store._next.drop()
+    if spare is not None and not made_ahead:
+        os.unlink(os.path.join(store.dirpath, log_name(spare)))
     for segment in store._segments.values():
         segment.close()  # munmap + close: no msync (the page cache keeps the bytes)
     store._segments.clear()
     store._index.close()  # close(2) only, no fsync
-    os.close(store._lock_fd)  # the kernel drops the flock with the last descriptor
-    store._lock_fd = -1
+    store._lock.drop()  # the kernel drops the flock with the last descriptor
     q._closed = True
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from daskqueue.errors import CorruptStoreError, FormatVersionError
 from daskqueue.segment.format import FILE_HEADER, INDEX_RECORD, IndexRecord, IndexType, index_name, log_name
+from daskqueue.segment.log import header_is_blank
 from tests.segment.helpers import crash, drain, get, index_path, open_queue, put, settle
 
 REC = INDEX_RECORD.size
@@ -42,7 +43,8 @@ async def test_rule1_log_segments_without_an_index_are_refused_and_nothing_is_mo
     crash(q)
     os.unlink(index_path(tmp_path))
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    with pytest.raises(CorruptStoreError, match=f"{tmp_path}: log segments \\[1\\] but no index"):
+    # Segment 2 is the one made ahead for the next rollover (segment/rotation.py).
+    with pytest.raises(CorruptStoreError, match=f"{tmp_path}: log segments \\[1, 2\\] but no index"):
         open_queue(tmp_path)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
@@ -87,19 +89,21 @@ async def test_rule1_a_new_store_whose_first_index_was_cut_short_opens_empty(tmp
 async def test_rule2_blank_header_on_a_new_segment_no_index_record_names_is_deleted(tmp_path):
     q = open_queue(tmp_path, max_segment_bytes=65536)
     await put(q, ["a"])
-    crash(q)
+    crash(q, made_ahead=False)
     # What creating segment 2 in place left when the crash came before its header was written.
     with open(tmp_path / log_name(2), "wb") as f:
         f.truncate(65536)
     q = open_queue(tmp_path, max_segment_bytes=65536)
-    assert not (tmp_path / log_name(2)).exists()
+    # The blank file went; segment 2 was made again (ahead of the next rollover), whole.
+    assert q._store.segment_numbers() == [1] and q._store.spare_number == 2
+    assert not header_is_blank(str(tmp_path / log_name(2)))
     assert await drain(q) == {0: ("a", 0)}
 
 
 async def test_rule2_blank_header_on_a_segment_the_index_names_is_refused(tmp_path):
     q = open_queue(tmp_path)
     await put(q, ["a"])
-    crash(q)
+    crash(q, made_ahead=False)  # segment 1 is the newest
     seg = tmp_path / log_name(1)
     raw = bytearray(seg.read_bytes())
     raw[: FILE_HEADER.size] = bytes(FILE_HEADER.size)
@@ -334,7 +338,7 @@ async def test_rule9_unreferenced_bytes_after_the_append_point_are_overwritten(t
     await put(q, ["a"])
     records = await _records(tmp_path)
     end = q._store.active.end
-    crash(q)
+    crash(q, made_ahead=False)  # segment 1 stays the active one
     seg = tmp_path / log_name(1)
     raw = bytearray(seg.read_bytes())
     raw[end : end + 64] = b"\xab" * 64  # a log append whose index record never got written

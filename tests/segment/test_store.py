@@ -395,3 +395,28 @@ async def test_interval_sync_still_comes_after_a_compaction_that_synced_on_its_o
     # 25 intervals of slack: FORMAT.md bounds the unsynced time to one.
     await wait_until_async(lambda: q._store._index._fd in synced, timeout_s=0.5)
     await q.close()
+
+
+async def test_a_compaction_that_rolls_over_keeps_the_segment_it_copied_into(tmp_path):
+    """An active segment emptied while active is a deletion candidate; a compaction that
+    copies records forward into it and rolls over must not delete it before the new index
+    (which names the copies) has its pins."""
+    from daskqueue.messages import Kind
+    from daskqueue.serialize import Group, encode_put, pack_payloads
+
+    funcs = {bytes([1]) * 16: b"f" * 5000, bytes([2]) * 16: b"g" * 5000}
+    q = open_queue(tmp_path, max_segment_bytes=16384)
+    offsets, data = pack_payloads([b"x"], max_message_bytes=2**20)
+    await q.put_batch(encode_put([Group(Kind.RAW, None, None, 0, None, 0.0, 1, offsets, data)], funcs))
+    await put(q, [b"y" * 9000])  # rolls over: segment 2, about 7 KB left
+    assert q._store.active.number == 2
+    lease, items = await get(q)
+    await settle(q, lease, len(items))
+    await q.fetch_results(10**9)
+    q._store.sync()  # segment 2 holds nothing live now, but it is the active one
+    await q.compact()  # copies both functions forward (10 KB): into segment 2, then 3
+    assert 2 in q._store.segment_numbers()
+    crash(q)
+    q = open_queue(tmp_path, max_segment_bytes=16384)
+    assert (await q.recovery_report())["corruptions"] == []
+    assert await q.get_functions(sorted(funcs)) == funcs
