@@ -1,6 +1,6 @@
 """The scheduler dies: a real ``dask scheduler`` process and real ``dask worker`` processes
 (a ``LocalCluster`` runs its scheduler inside the test process, which cannot be killed alone);
-the session cluster then recovers the durable pool.
+the session cluster then recovers the durable pool."""
 
 from __future__ import annotations
 
