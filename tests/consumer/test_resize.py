@@ -12,6 +12,7 @@ from daskqueue.errors import ConfigurationError
 from daskqueue.messages import split_id
 from tests import tasks
 from tests.consumer.test_scheduling import max_overlap
+from tests.helpers import wait_until
 
 
 def check_key_order(ids, keys, results):
@@ -31,6 +32,12 @@ def check_key_order(ids, keys, results):
     assert max_overlap(spans) > 1  # different keys did run at once
 
 
+def _leased_and_waiting(stats, *, leased, waiting):
+    """Whether the queues in ``stats`` have at least ``leased`` messages running and
+    ``waiting`` not yet delivered: the pool is under load."""
+    return sum(s.leased for s in stats) >= leased and sum(s.ready + s.delayed for s in stats) >= waiting
+
+
 def keyed_tasks(keys, first=0, seconds=0.004):
     return [(tasks.timed_sleep, (k, first + i), seconds) for i, k in enumerate(keys)]
 
@@ -42,7 +49,8 @@ def test_add_queues_under_load_moves_keys_in_order_and_loses_nothing(pools):
     cp.start()
     keys = [f"device-{i % 24}" for i in range(1200)]
     ids = qp.batch_submit(keyed_tasks(keys[:600], seconds=0.02), keys=keys[:600])
-    time.sleep(0.3)  # running: some keys hold a message, most have more waiting
+    # Running: some keys hold a message, most have more waiting.
+    wait_until(lambda: _leased_and_waiting(qp.stats(), leased=1, waiting=300), timeout_s=30)
     assert qp.add_queues(1) == [2]
     assert qp.n_queues == 3 and qp.queue_indices == [0, 1, 2]
     ids += qp.batch_submit(keyed_tasks(keys[600:], first=600), keys=keys[600:])
@@ -64,7 +72,9 @@ def test_remove_queue_under_load_drains_it_into_the_others(pools):
     keys = [f"user-{i % 18}" for i in range(900)]
     ids = qp.batch_submit(keyed_tasks(keys), keys=keys)
     plain = qp.batch_submit([(tasks.timed_sleep, ("plain", i), 0.002) for i in range(300)])
-    time.sleep(0.3)
+    # Running: queue 1 has messages leased to consumers and more waiting to move.
+    wait_until(lambda: _leased_and_waiting([s for s in qp.stats() if s.index == 1], leased=1, waiting=50),
+               timeout_s=30)
     moved = qp.remove_queue(1, timeout_s=120)
     assert moved > 0
     assert qp.n_queues == 2 and qp.queue_indices == [0, 2]

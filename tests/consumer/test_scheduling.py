@@ -7,6 +7,7 @@ import pytest
 
 from daskqueue.errors import ConfigurationError
 from tests import tasks
+from tests.helpers import wait_until
 
 
 def max_overlap(intervals):
@@ -69,9 +70,8 @@ def test_a_reserved_slot_starts_an_urgent_task_while_every_other_slot_is_busy(po
     cp = pools.consumer(qp, n_consumers=1, batch_size=1, reserved_slots=1, isolation=isolation)
     cp.start()
     long_ids = qp.batch_submit([(tasks.timed_sleep, i, 1.5) for i in range(3)])
-    wait = time.monotonic() + 30
-    while cp.stats()[0].inflight_items < 1 and time.monotonic() < wait:
-        time.sleep(0.01)
+    # The only ordinary slot runs a long task.
+    wait_until(lambda: cp.stats()[0].busy_slots >= 1, timeout_s=30)
     submitted = time.time()
     urgent = qp.submit(tasks.timed_sleep, "urgent", 0.0, dq_priority=1)
     _, started, _ = cp.result(urgent, timeout=30)
@@ -128,7 +128,8 @@ def test_a_consumer_takes_more_urgent_work_from_another_queue_before_its_home_qu
     cp = pools.consumer(qp, n_consumers=1, batch_size=1, prefetch_batches=0)
     cp.start()
     low = qp.batch_submit([(tasks.timed_sleep, i, 0.02) for i in range(60)])  # 30 per queue
-    time.sleep(0.2)
+    # The consumer is running low tasks while both queues still hold many of them.
+    wait_until(lambda: cp.stats()[0].busy_slots >= 1 and all(s.ready >= 10 for s in qp.stats()), timeout_s=30)
     submitted = time.time()
     urgent = [qp.submit(tasks.timed_sleep, f"u{i}", 0.0, dq_priority=5) for i in range(4)]  # 2 per queue
     cp.join(timeout=60)
