@@ -41,8 +41,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskqueue import defaults, metrics
-from daskqueue.errors import LeaseExpiredError, PayloadTooLargeError, QueueClosedError, QueueHandedOffError
+from daskqueue.errors import (
+    LeaseExpiredError,
+    PayloadTooLargeError,
+    QueueClosedError,
+    QueueHandedOffError,
+    UnknownFunctionsError,
+)
 from daskqueue.queue.core import Chunk, QueueCore, Settlement
+from daskqueue.queue.functions import FunctionTable
 from daskqueue.queue.gate import GateMixin
 from daskqueue.queue.handoff import HandoffMixin
 from daskqueue.queue.leasing import LeasingMixin
@@ -87,6 +94,8 @@ class QueueStats:
     get_calls: int
     closed: bool
     total_moved: int = 0  # handed to another queue by add_queues / remove_queue
+    functions: int = 0  # functions held: those its messages and dead letters use (and newer)
+    idle_functions: int = 0  # functions no message uses, kept in case they are used again
 
     @property
     def pending(self) -> int:
@@ -127,7 +136,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
             policy=policy,
         )
         self._core.detach = detach_payload
-        self._funcs: dict[bytes, bytes] = {}
+        self._funcs = FunctionTable()  # see daskqueue.queue.functions
         self._tokens: dict[bytes, tuple[int, int]] = {}  # put token -> (first seq, count)
         self._closed = False
         self._handed_off = False  # its state went to a successor: it serves no more (see handoff)
@@ -192,10 +201,15 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         return None
 
     async def _housekeeping(self) -> None:
-        """Periodic storage work (interval syncs, compaction), run by the sweeper."""
+        """Periodic storage work (interval syncs, compaction), run by the sweeper; and the
+        function sweep when due."""
+        self._sweep_functions_if_due()
 
     def _close_storage(self) -> None:
         """Release storage on close."""
+
+    def _functions_swept(self, dropped: dict[bytes, bytes]) -> None:
+        """The functions a sweep found unused (moved to the idle table)."""
 
     # -- putting --------------------------------------------------------------------------------
 
@@ -213,6 +227,9 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         funcs, groups = decode_put(blob)
         if token is not None and token in self._tokens:
             return ranges_of(self._tokens[token], groups)
+        new_funcs, unknown = self._funcs.to_store({g.digest for g in groups if g.digest is not None}, funcs)
+        if unknown:  # evicted since the client sent them: it sends them again
+            raise UnknownFunctionsError(sorted(unknown))
         for g in groups:
             self._check_sizes(g.offsets)
         now = self._now()
@@ -230,17 +247,34 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
                 chunks.append((chunk, g.delay_now()))
                 first = chunk.base_seq if first is None else first
             ranges.append((first, group.count))
-        new_funcs = {d: b for d, b in funcs.items() if d not in self._funcs}
         self._on_put(chunks, new_funcs, now, token, ranges)  # raises (nothing enqueued) if storage fails
         self._remember_token(token, ranges)
-        self._funcs.update(new_funcs)
+        self._funcs.add(new_funcs)
         for chunk, delay_s in chunks:
             self._core.put(chunk, now=now, not_before=now + delay_s if delay_s > 0 else None)
+        self._sweep_functions_if_due()  # after the put: its functions are in use
         if any(d > 0 for _, d in chunks):
             self._reschedule()
         self._notify_ready()
         self._work_changed()
         return ranges
+
+    # -- evicting functions ---------------------------------------------------------------------
+
+    def _sweep_functions_if_due(self) -> None:
+        if self._funcs.sweep_due():
+            self._sweep_functions()
+
+    def _sweep_functions(self) -> None:
+        """Mark and sweep: the functions no live message and no dead letter uses go to the
+        idle table. O(spans + dead letters); run when the table has doubled (amortised)."""
+        used = {getattr(span.chunk.meta, "digest", None) for span, _ in self._core.live_spans()}
+        used.update(getattr(d.chunk.meta, "digest", None) for d in self._core.dead)
+        used.discard(None)
+        dropped = self._funcs.sweep(used)  # type: ignore[arg-type]
+        if dropped:
+            logger.debug("queue %d: %d unused functions moved to the idle table", self.index, len(dropped))
+            self._functions_swept(dropped)
 
     def _check_sizes(self, offsets_bytes: bytes) -> None:
         offs = array("I")
@@ -316,7 +350,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
             await self._unpaused()
         if self._handed_off:
             self._check_serving()
-        return {d: self._funcs[d] for d in digests if d in self._funcs}
+        return self._funcs.lookup(digests)
 
     # -- inspection and lifecycle ------------------------------------------------------------
 
@@ -341,6 +375,8 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
             get_calls=self._get_calls,
             closed=self._closed,
             total_moved=s.total_moved,
+            functions=len(self._funcs.held),
+            idle_functions=self._funcs.idle_count,
         )
 
     def metrics_sample(self) -> metrics.QueueSample:
