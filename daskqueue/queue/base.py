@@ -14,6 +14,7 @@ per job, each a mixin of :class:`QueueActorBase`:
 * :mod:`~daskqueue.queue.moving`: moving messages to other queues and the fences that follow;
 * :mod:`~daskqueue.queue.handoff`: handing the whole state to a successor, in two phases;
 * :mod:`~daskqueue.queue.outbox`: results and dead letters for the client, dead-letter admin;
+* :mod:`~daskqueue.queue.functions`: the function table (``get_functions``) and its sweep;
 * :mod:`~daskqueue.queue.gate`: pausing the queue for work off the loop.
 
 Why mixins, not owner objects: Dask calls an actor's methods by name on the actor's class, and
@@ -49,7 +50,7 @@ from daskqueue.errors import (
     UnknownFunctionsError,
 )
 from daskqueue.queue.core import Chunk, QueueCore, Settlement
-from daskqueue.queue.functions import FunctionTable
+from daskqueue.queue.functions import FunctionsMixin, FunctionTable
 from daskqueue.queue.gate import GateMixin
 from daskqueue.queue.handoff import HandoffMixin
 from daskqueue.queue.leasing import LeasingMixin
@@ -103,7 +104,8 @@ class QueueStats:
         return self.ready + self.delayed + self.leased
 
 
-class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, PeersMixin, SweeperMixin, GateMixin):
+class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, PeersMixin, SweeperMixin, FunctionsMixin,
+                     GateMixin):
     """Shared shell of the queue actors; see :class:`TransientQueue` for the public contract."""
 
     kind = "base"
@@ -208,9 +210,6 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
     def _close_storage(self) -> None:
         """Release storage on close."""
 
-    def _functions_swept(self, dropped: dict[bytes, bytes]) -> None:
-        """The functions a sweep found unused (moved to the idle table)."""
-
     # -- putting --------------------------------------------------------------------------------
 
     async def put_batch(self, blob: bytes, token: bytes | None = None) -> list[tuple[int, int]]:
@@ -258,23 +257,6 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         self._notify_ready()
         self._work_changed()
         return ranges
-
-    # -- evicting functions ---------------------------------------------------------------------
-
-    def _sweep_functions_if_due(self) -> None:
-        if self._funcs.sweep_due():
-            self._sweep_functions()
-
-    def _sweep_functions(self) -> None:
-        """Mark and sweep: the functions no live message and no dead letter uses go to the
-        idle table. O(spans + dead letters); run when the table has doubled (amortised)."""
-        used = {getattr(span.chunk.meta, "digest", None) for span, _ in self._core.live_spans()}
-        used.update(getattr(d.chunk.meta, "digest", None) for d in self._core.dead)
-        used.discard(None)
-        dropped = self._funcs.sweep(used)  # type: ignore[arg-type]
-        if dropped:
-            logger.debug("queue %d: %d unused functions moved to the idle table", self.index, len(dropped))
-            self._functions_swept(dropped)
 
     def _check_sizes(self, offsets_bytes: bytes) -> None:
         offs = array("I")
@@ -343,14 +325,6 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
             self._after_change(self._now())
         finally:  # the results are kept even if storage failed (see DurableQueue)
             self._notify_outcomes()
-
-    async def get_functions(self, digests: list[bytes]) -> dict[bytes, bytes]:
-        """The pickled functions with these digests (those this queue knows)."""
-        if self._paused is not None:  # the gate; see _unpaused
-            await self._unpaused()
-        if self._handed_off:
-            self._check_serving()
-        return self._funcs.lookup(digests)
 
     # -- inspection and lifecycle ------------------------------------------------------------
 

@@ -345,6 +345,7 @@ class DurableQueue(RecoveryMixin, CompactionMixin, QueueActorBase):
         # is only logged. It changed nothing (see _compact); the next try waits for the index
         # to double.
         try:
+            self._sweep_functions()  # compaction copies the used functions only
             await self._run_paused(self._compact)
         except StoreError as e:
             logger.warning("queue %d: compaction failed, postponed: %s", self.index, e)
@@ -432,6 +433,7 @@ class DurableQueue(RecoveryMixin, CompactionMixin, QueueActorBase):
         await self._unpaused()
         if self._closed:
             raise QueueClosedError(f"queue {self.index} is closed")
+        self._sweep_functions()  # compaction copies the used functions only
         await self._run_paused(self._compact)
         self._compaction_due = False
 

@@ -15,12 +15,18 @@ A put naming a function the queue holds in neither table, and not carrying it, i
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from daskqueue import defaults
 
-__all__ = ["FunctionTable"]
+if TYPE_CHECKING:
+    from daskqueue.queue.core import QueueCore
+
+__all__ = ["FunctionTable", "FunctionsMixin"]
+
+logger = logging.getLogger("daskqueue")
 
 
 class FunctionTable:
@@ -129,3 +135,44 @@ class FunctionTable:
         out = dict(self._idle)
         out.update(self.held)
         return out
+
+
+class FunctionsMixin:
+    """Remote method ``get_functions``; the sweep of the queue actor's :class:`FunctionTable`
+    (a mixin of :class:`~daskqueue.queue.base.QueueActorBase`)."""
+
+    # Owned by QueueActorBase and GateMixin.
+    index: int
+    _core: QueueCore
+    _funcs: FunctionTable
+    _paused: Any
+    _handed_off: bool
+
+    async def get_functions(self, digests: list[bytes]) -> dict[bytes, bytes]:
+        """The pickled functions with these digests (those this queue holds, used or idle).
+        Those of its leased messages it always holds: a consumer's fetch cannot miss."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()  # type: ignore[attr-defined]
+        if self._handed_off:
+            self._check_serving()  # type: ignore[attr-defined]
+        return self._funcs.lookup(digests)
+
+    def _sweep_functions_if_due(self) -> None:
+        """At a put and from the sweeper: sweep once the table has doubled (amortised)."""
+        if self._funcs.sweep_due():
+            self._sweep_functions()
+
+    def _sweep_functions(self) -> None:
+        """Mark and sweep: the functions no live message (ready, delayed, leased, moving)
+        and no dead letter uses go to the idle table. O(spans + dead letters)."""
+        used = {getattr(span.chunk.meta, "digest", None) for span, _ in self._core.live_spans()}
+        used.update(getattr(d.chunk.meta, "digest", None) for d in self._core.dead)
+        used.discard(None)
+        dropped = self._funcs.sweep(used)  # type: ignore[arg-type]
+        if dropped:
+            logger.debug("queue %d: %d unused functions moved to the idle table", self.index, len(dropped))
+            self._functions_swept(dropped)
+
+    def _functions_swept(self, dropped: dict[bytes, bytes]) -> None:
+        """Storage hook: the functions a sweep moved to the idle table (a durable queue lets
+        their FUNC records go at its next compaction)."""

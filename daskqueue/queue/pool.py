@@ -36,6 +36,7 @@ from daskqueue.errors import (
     QueueMovedError,
     SchedulerLostError,
     RemoteTaskError,
+    UnknownFunctionsError,
 )
 from daskqueue.messages import MAX_QUEUES, QUEUE_INDEX_BITS, Kind, make_id, split_id
 from daskqueue.queue.base import QueueStats
@@ -637,10 +638,16 @@ class QueuePool(OpensOnAwait):
             # A function confirmed at a queue is not sent to it again.
             extra = {d: b for d, b in funcs.items() if d not in self._sent_funcs[q]}
             blob, token = encode_put(groups, extra), os.urandom(TOKEN_SIZE)
-            sends.append((q, groups, positions, blob, token, self._call(q, "put_batch", blob, token)))
+            sends.append((q, groups, funcs, positions, blob, token, self._call(q, "put_batch", blob, token)))
         ids = [0] * n if into is None else into
-        for q, groups, positions, blob, token, future in sends:
-            allocated = self._put_answer(q, future, blob, token)
+        for q, groups, funcs, positions, blob, token, future in sends:
+            try:
+                allocated = self._put_answer(q, future, blob, token)
+            except UnknownFunctionsError as e:  # the queue evicted them: once more, carrying them
+                for digest in e.digests:
+                    self._sent_funcs[q].discard(digest)
+                blob = encode_put(groups, funcs)
+                allocated = self._put_answer(q, self._call(q, "put_batch", blob, token), blob, token)
             self._put_counts[q] += sum(g.count for g in groups)
             self._sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
             for (first_seq, count), pos in zip(allocated, positions):
