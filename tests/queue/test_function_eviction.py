@@ -202,3 +202,42 @@ def test_a_batch_whose_function_was_evicted_before_it_ran_still_runs():
 
     outcome, _ = Plain(0, [None], isolation="thread")._run_batch_safely(batch)  # noqa: SLF001
     assert outcome.errors == {} and outcome.results == [21, 24]
+
+
+# -- through real pools --------------------------------------------------------------------------
+
+
+def _constant(i):
+    return lambda: i  # a closure per value: a distinct pickle, a distinct function
+
+
+def test_ten_thousand_distinct_functions_leave_the_tables_bounded(pools):
+    qp = pools.queue(2)
+    cp = pools.consumer(qp)
+    cp.start()
+    rounds, per_round = 20, 500
+    for r in range(rounds):
+        ids = qp.batch_submit([(_constant(r * per_round + k),) for k in range(per_round)])
+        cp.join(timeout=120)
+        results = qp.results(clear=True)
+        assert [results[i] for i in ids] == [r * per_round + k for k in range(per_round)]
+    for s in qp.stats():
+        assert s.functions <= 2 * defaults.QUEUE_FUNCTION_SWEEP_MIN + per_round, s
+        assert s.idle_functions <= defaults.QUEUE_IDLE_FUNCTIONS, s
+    children = 0
+    for consumer in cp.consumers:
+        counts = consumer.function_counts().result(timeout=30)
+        assert max(counts.values()) <= defaults.CONSUMER_FUNCTION_CACHE_ENTRIES, counts
+        children += counts["child"] > 0
+    assert children  # a consumer beside a queue runs its tasks in a child process: bounded too
+
+
+def test_a_client_that_believes_a_function_sent_resends_it(pools):
+    qp = pools.queue(1)
+    cp = pools.consumer(qp)
+    cp.start()
+    func = _constant(41)
+    # As after the queue evicted it: the client remembers sending it, the queue lacks it.
+    qp._sent_funcs[0].add(pickle_function(func).digest)  # noqa: SLF001
+    task_id = qp.submit(func)
+    assert qp.result(task_id, timeout_s=60) == 41
