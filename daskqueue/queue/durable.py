@@ -182,6 +182,11 @@ class DurableQueue(RecoveryMixin, CompactionMixin, QueueActorBase):
         records = []
         wall_offset = self._wall_offset()
         for digest, data in funcs.items():
+            if digest in self._func_refs:
+                # Swept, used again before a compaction dropped its FUNC record: the index
+                # still names that one (and its segment is pinned). A second record would
+                # leave one of the two unpinned, its segment deleted under the index.
+                continue
             seg, off = self._store.append_log(LogType.FUNC, digest, data)
             records.append(IndexRecord(IndexType.FUNC, 0, 0, 0, seg, off))
             self._func_refs[digest] = (seg, off)
