@@ -141,3 +141,16 @@ MEMBERSHIP_CALL_TIMEOUT_S: float = 10.0
 MEMBERSHIP_IDLE_S: float = 1.0
 REACTION_WAIT_S: float = 10.0
 MEMBERSHIP_CLOSE_WAIT_S: float = 12.0
+
+# -- evicting task functions (queues and consumers) -----------------------------------------------
+
+#: A queue sweeps its function table (keeping the functions its messages and dead letters
+#: use) at a put once the table has doubled since its last sweep and holds more than this
+#: many, and from its sweeper.
+QUEUE_FUNCTION_SWEEP_MIN: int = 1024
+#: How many functions no message uses a queue keeps anyway (the newest swept), so that a
+#: function used again soon need not be sent again.
+QUEUE_IDLE_FUNCTIONS: int = 256
+#: How many functions a consumer keeps (pickled and unpickled, each), and its child process
+#: too: the newest used.
+CONSUMER_FUNCTION_CACHE_ENTRIES: int = 512

@@ -48,6 +48,7 @@ __all__ = [
     "StorePermissionError",
     "FieldTooLongError",
     "CorruptPoolFileError",
+    "UnknownFunctionsError",
 ]
 
 
@@ -407,3 +408,19 @@ class CorruptPoolFileError(CorruptStoreError):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (CorruptPoolFileError, (self.path, self.reason))
+
+
+# -- issue 20, bounded function tables ---------------------------------------------------------------
+
+
+class UnknownFunctionsError(DaskQueueError):
+    """A put named functions (by ``digests``) that the queue no longer holds and the put did
+    not carry: a queue evicts the functions no message of it uses. Raised before anything is
+    stored; the client sends the same put again (same token) with those functions attached."""
+
+    def __init__(self, digests: list[bytes]) -> None:
+        super().__init__(f"the queue does not hold {len(digests)} function(s) the put names; send them")
+        self.digests = list(digests)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (UnknownFunctionsError, (self.digests,))

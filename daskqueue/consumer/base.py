@@ -33,6 +33,7 @@ from daskqueue.consumer.limits import run_limited
 from daskqueue.consumer.running import RunSlots, SlotConfig
 from daskqueue.consumer.settling import Settler
 from daskqueue.consumer.sizer import BatchSizer
+from daskqueue.lru import LRU
 from daskqueue.messages import Kind, Message, Task, error_from_exception, make_id
 from daskqueue.queue.handles import bind_local, queue_identity, released_actor
 from daskqueue.serialize import Segment, loads
@@ -95,8 +96,12 @@ class ConsumerBase:
         self._halt_items = False
         self._setup_lock = threading.Lock()
         self._setup_done = False
-        self._func_bytes: dict[bytes, bytes] = {}  # digest -> pickled function (from the queues)
-        self._funcs: dict[bytes, Any] = {}  # digest -> function, unpickled on a run thread
+        # digest -> pickled function (from the queues), and unpickled (on a run thread): the
+        # newest used only, so that a new function per request does not grow them for good.
+        # A batch carries its own pickles (Batch.funcs) in case one is evicted before it runs.
+        self._func_bytes: LRU[bytes, bytes] = LRU(defaults.CONSUMER_FUNCTION_CACHE_ENTRIES)
+        self._funcs: LRU[bytes, Any] = LRU(defaults.CONSUMER_FUNCTION_CACHE_ENTRIES)
+        self._running = threading.local()  # .funcs: the pickles of the batch this thread runs
         self._isolation = isolation
         self._child_spec = child_spec  # builds this consumer's twin in a child process
         self._lifecycle: asyncio.Lock | None = None
@@ -113,7 +118,7 @@ class ConsumerBase:
         self._slots = RunSlots(
             index, SlotConfig(max_concurrency, prefetch_batches, reserved_slots, early_ack), self._fetcher,
             settler, self._sizer, self._counters, run_on_thread=self._run_batch_safely,
-            func_bytes=self._func_bytes, orphaned=functools.partial(released_actor, self),
+            orphaned=functools.partial(released_actor, self),
             close_orphan=self._close_orphan,
         )
 
@@ -235,6 +240,13 @@ class ConsumerBase:
         return self._counters.snapshot(self.index, running=self._slots.loop_task is not None,
                                        inflight_items=inflight, batch_size=self._sizer.size)
 
+    async def function_counts(self) -> dict[str, int]:
+        """How many functions this consumer holds: pickled, unpickled, and in its child
+        process (each bounded by ``defaults.CONSUMER_FUNCTION_CACHE_ENTRIES``)."""
+        process = self._slots.process
+        return {"pickled": len(self._func_bytes), "unpickled": len(self._funcs),
+                "child": 0 if process is None else process.child_functions}
+
     # -- the pool's messages (actor methods) ----------------------------------------------------
 
     async def workers_lost(self, addresses: list[str]) -> None:
@@ -296,6 +308,7 @@ class ConsumerBase:
         with the error given there, unrun: a child process finding which item kills it
         (``daskqueue.consumer.isolate``) runs batches so; the fast path is ``run_batch``."""
         started = time.perf_counter()
+        self._running.funcs = batch.funcs  # what _function falls back to (also in a run_batch override)
         try:
             if not self._setup_done:
                 with self._setup_lock:  # several run threads may arrive here at once
@@ -311,6 +324,8 @@ class ConsumerBase:
             error = error_from_exception(e)
             outcome = Outcome(batch.count, dict.fromkeys(range(batch.count), error), set(),
                               [None] * batch.count)
+        finally:
+            self._running.funcs = None
         return outcome, time.perf_counter() - started
 
     def run_batch(self, batch: Batch) -> Outcome:
@@ -363,10 +378,15 @@ class ConsumerBase:
         return Task(func, args, kwargs)
 
     def _function(self, digest: bytes | None) -> Any:
+        """The function of ``digest``: from the caches, else from the pickles of the batch this
+        thread runs (the caches are bounded and may have evicted it since the fetch)."""
         func = self._funcs.get(digest)  # type: ignore[arg-type]
         if func is None:
             data = self._func_bytes.get(digest)  # type: ignore[arg-type]
             if data is None:
+                data = (getattr(self._running, "funcs", None) or {}).get(digest)
+            if data is None:
                 raise LookupError(f"function {digest!r} is unknown to this consumer's queue")
-            func = self._funcs[digest] = loads(data)  # type: ignore[index]
+            func = loads(data)
+            self._funcs.put(digest, func)  # type: ignore[arg-type]
         return func

@@ -25,6 +25,10 @@ class Batch:
     segments: list[Segment]
     count: int
     reserved: bool = False  # fetched by a reserved slot (urgent work): not a batch-size sample
+    #: digest -> pickled function, for each function its segments name: the batch runs from
+    #: these if the consumer's bounded function cache evicted one meanwhile. None when the
+    #: batch travels to a child process (which is sent only the functions it lacks).
+    funcs: dict[bytes, bytes] | None = None
 
 
 @dataclass(slots=True, eq=False)

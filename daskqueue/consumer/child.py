@@ -9,7 +9,9 @@ the queue that lives there.
 Wire format, both ways: frames of an 8-byte little-endian length and one pickle.
 
 * parent -> child: ``("init", cloudpickled (cls, args, kwargs))`` first; then
-  ``("run", request_id, batch, funcs, report_starts, skip)`` and ``("halt", flag)``.
+  ``("run", request_id, batch, funcs, drop, report_starts, skip)`` and ``("halt", flag)``:
+  ``funcs`` are the functions (digest -> pickle) the batch needs that the child lacks, ``drop``
+  the digests the child forgets first (its parent bounds the table, ``isolate.ChildFunctions``).
 * child -> parent: ``("ready",)`` or ``("init-failed", error)``; ``("started", request_id,
   position)`` before each item when ``report_starts``; ``("done", request_id, done, errors,
   fatal, results_blob, run_s)``.
@@ -65,6 +67,7 @@ class _Child:
     def __init__(self, out: BinaryIO, consumer: Any) -> None:
         self.out = out
         self.consumer = consumer
+        self.funcs: dict[bytes, bytes] = {}  # digest -> pickle: exactly what the parent sent and did not drop
         self.write_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(consumer.max_concurrency, thread_name_prefix="daskqueue-child")
         # Reserved slots run urgent batches on threads of their own: a batch fetched ahead
@@ -129,8 +132,13 @@ def main() -> None:
         if msg[0] == "halt":
             consumer._halt_items = msg[1]
         elif msg[0] == "run":
-            _, request_id, batch, funcs, report_starts, skip = msg
-            consumer._func_bytes.update(funcs)
+            _, request_id, batch, funcs, drop, report_starts, skip = msg
+            for digest in drop:
+                child.funcs.pop(digest, None)
+            child.funcs.update(funcs)
+            # Taken now, in pipe order: a later message may drop them while this batch waits.
+            named = {s.digest for s in batch.segments if s.digest is not None}
+            batch.funcs = {d: child.funcs[d] for d in named if d in child.funcs}
             pool = child.reserved_pool if getattr(batch, "reserved", False) and child.reserved_pool else child.pool
             pool.submit(child.run, request_id, batch, report_starts, skip)
 

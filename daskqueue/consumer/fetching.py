@@ -23,6 +23,7 @@ from daskqueue.consumer.calls import QueueCalls
 from daskqueue.consumer.counters import Counters
 from daskqueue.consumer.settling import Settler
 from daskqueue.consumer.sizer import BatchSizer
+from daskqueue.lru import LRU
 from daskqueue.serialize import decode_delivery
 
 __all__ = ["FetchPolicy", "QUEUE_RETRY_S"]
@@ -46,8 +47,8 @@ class FetchPolicy:
     """Fetches batches for the general slots (:meth:`fetch`) and the reserved ones
     (:meth:`fetch_urgent`), asking the queues of ``calls`` in the order the policy says.
 
-    ``func_bytes`` (digest -> pickled function) is filled with the functions a fetched batch
-    needs; ``stopping()`` says when to give up a round early. A delivery that cannot start
+    ``func_bytes`` (digest -> pickled function, a bounded :class:`~daskqueue.lru.LRU`) is
+    filled with the functions a fetched batch needs, and the batch keeps its own (``funcs``); ``stopping()`` says when to give up a round early. A delivery that cannot start
     (its functions could not be fetched, or it arrived after its fetch gave up) is given
     back through ``settler``: no attempt counts for messages that never ran.
     """
@@ -55,7 +56,7 @@ class FetchPolicy:
     def __init__(self, index: int, calls: QueueCalls, sizer: BatchSizer, counters: Counters,
                  settler: Settler, *,
                  home: int, idle_poll_s: float, reserved_priority: int,
-                 func_bytes: dict[bytes, bytes], stopping: Callable[[], bool]) -> None:
+                 func_bytes: LRU[bytes, bytes], stopping: Callable[[], bool]) -> None:
         self.index = index
         self._calls = calls
         self._sizer = sizer
@@ -234,14 +235,22 @@ class FetchPolicy:
 
     async def _decode(self, slot: int, blob: bytes, *, reserved: bool = False) -> Batch:
         lease_id, queue_index, segments = decode_delivery(blob)
-        missing = {s.digest for s in segments if s.digest is not None} - self._func_bytes.keys()
+        # The batch keeps its own functions: the bounded cache may evict one before it runs.
+        funcs = {}
+        for digest in {s.digest for s in segments if s.digest is not None}:
+            data = self._func_bytes.get(digest)
+            if data is not None:
+                funcs[digest] = data
+        missing = [s.digest for s in segments if s.digest is not None and s.digest not in funcs]
         if missing:
             try:
-                self._func_bytes.update(await self._calls.call(slot, "get_functions", list(missing)))
+                fetched = await self._calls.call(slot, "get_functions", sorted(set(missing)))
             except Exception:
                 await self._settler.give_back(slot, lease_id)
                 raise
-        return Batch(slot, queue_index, lease_id, segments, sum(s.count for s in segments), reserved)
+            funcs.update(fetched)
+            self._func_bytes.update(fetched.items())
+        return Batch(slot, queue_index, lease_id, segments, sum(s.count for s in segments), reserved, funcs)
 
     async def _give_back_late(self, slot: int, answer: Any) -> None:
         """The answer of a ``get_batch`` given up at its deadline: a lease nobody will run."""

@@ -19,16 +19,18 @@ batch's other items run in the next child. The items that ran before a death run
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import pickle
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from daskqueue.consumer.child import FRAME, encode_frame
-from daskqueue.defaults import TIME_LIMIT_GRACE_S
+from daskqueue.defaults import CONSUMER_FUNCTION_CACHE_ENTRIES, TIME_LIMIT_GRACE_S
 from daskqueue.messages import decode_error, encode_error, killed_error
 
 __all__ = ["ProcessRunner", "ChildDied", "child_killed_error"]
@@ -64,12 +66,47 @@ class _Request:
     last_started: int | None = None
 
 
+class ChildFunctions:
+    """The digests of the functions a child holds: the parent decides. Each run message
+    carries the functions the child lacks and the digests it must drop (the oldest past
+    ``max_entries``, never one of that batch's), and the child applies both in order: the
+    pipe is ordered, so the child's table is always this one."""
+
+    def __init__(self, max_entries: int = CONSUMER_FUNCTION_CACHE_ENTRIES) -> None:
+        self.max_entries = max_entries
+        self._held: OrderedDict[bytes, None] = OrderedDict()  # oldest first
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._held
+
+    def plan(self, digests: set[bytes], funcs: dict[bytes, bytes]) -> tuple[dict[bytes, bytes], list[bytes]]:
+        """For a batch naming ``digests`` (pickles in ``funcs``): what to send with it and
+        what the child drops first. Counts both as done: send them next, before any other run
+        message."""
+        needed = {d: funcs[d] for d in digests if d not in self._held and d in funcs}
+        for d in digests:
+            if d in self._held:
+                self._held.move_to_end(d)
+        self._held.update(dict.fromkeys(needed))
+        drop = []
+        while len(self._held) > self.max_entries:
+            oldest = next(iter(self._held))
+            if oldest in digests:  # only this batch's functions are left: keep them all
+                break
+            del self._held[oldest]
+            drop.append(oldest)
+        return needed, drop
+
+
 @dataclass(eq=False)
 class _Child:
     proc: asyncio.subprocess.Process
     reader: asyncio.Task[None] | None = None
     requests: dict[int, _Request] = field(default_factory=dict)
-    sent_funcs: set[bytes] = field(default_factory=set)
+    sent_funcs: ChildFunctions = field(default_factory=ChildFunctions)
     timed_out: bool = False  # killed because an item ignored its time limit
 
 
@@ -93,6 +130,11 @@ class ProcessRunner:
     def __repr__(self) -> str:
         pid = None if self._child is None else self._child.proc.pid
         return f"<ProcessRunner of consumer {self.index}: child pid {pid}, {self.deaths} deaths>"
+
+    @property
+    def child_functions(self) -> int:
+        """How many functions the child holds now (0 without a child)."""
+        return 0 if self._child is None else len(self._child.sent_funcs)
 
     # -- the child's lifetime -----------------------------------------------------------------
 
@@ -249,7 +291,11 @@ class ProcessRunner:
     async def _run_once(self, batch: Any, funcs: dict[bytes, bytes], *,
                         report_starts: bool, skip: dict[int, bytes]) -> tuple[Any, ...]:
         child = await self._ensure()
-        needed = {d: funcs[d] for d in _digests(batch) if d not in child.sent_funcs and d in funcs}
+        # Planned and written with no await between: run messages reach the child in the order
+        # their plans were made (see ChildFunctions).
+        needed, drop = child.sent_funcs.plan(_digests(batch), funcs)
+        if getattr(batch, "funcs", None) is not None:  # the child has them, or gets them here
+            batch = dataclasses.replace(batch, funcs=None)
         allowance = _allowance(batch, skip)
         # A batch with time limits reports its items' starts: its allowance counts from the
         # first one (not from the consumer's setup, which the first batch runs first).
@@ -257,10 +303,9 @@ class ProcessRunner:
         request_id = next(self._ids)
         request = child.requests[request_id] = _Request(asyncio.get_running_loop().create_future())
         try:
-            await self._send(child, ("run", request_id, batch, needed, report_starts, skip))
+            await self._send(child, ("run", request_id, batch, needed, drop, report_starts, skip))
         except (OSError, ConnectionError):
             pass  # the child is dying: its reader fails the request
-        child.sent_funcs.update(needed)
         if child.reader is not None and child.reader.done() and not request.future.done():
             request.future.set_exception(ChildDied(child.proc.returncode, None))  # died before
         if allowance is not None:

@@ -57,7 +57,7 @@ class RunSlots:
 
     def __init__(self, index: int, config: SlotConfig, fetcher: FetchPolicy, settler: Settler,
                  sizer: BatchSizer, counters: Counters, *, run_on_thread: RunOnThread,
-                 func_bytes: dict[bytes, bytes], orphaned: Callable[[], bool],
+                 orphaned: Callable[[], bool],
                  close_orphan: Callable[[], None]) -> None:
         self.index = index
         self.config = config
@@ -66,7 +66,6 @@ class RunSlots:
         self._sizer = sizer
         self._counters = counters
         self._run_on_thread = run_on_thread
-        self._func_bytes = func_bytes  # digest -> pickled function, for the child process
         self._orphaned = orphaned
         self._close_orphan = close_orphan
         self.process: Any = None
@@ -214,7 +213,7 @@ class RunSlots:
             if not any(seg.time_limit_s for seg in batch.segments):
                 return await running
             return await self._run_watched(batch, running)
-        done, errors, fatal, blob, run_s = await self.process.run(batch, self._func_bytes)
+        done, errors, fatal, blob, run_s = await self.process.run(batch, batch.funcs or {})
         return Outcome(done, errors, fatal, [], blob), run_s
 
     def _on_thread(self, batch: Batch) -> tuple[Outcome, float]:

@@ -14,6 +14,7 @@ per job, each a mixin of :class:`QueueActorBase`:
 * :mod:`~daskqueue.queue.moving`: moving messages to other queues and the fences that follow;
 * :mod:`~daskqueue.queue.handoff`: handing the whole state to a successor, in two phases;
 * :mod:`~daskqueue.queue.outbox`: results and dead letters for the client, dead-letter admin;
+* :mod:`~daskqueue.queue.functions`: the function table (``get_functions``) and its sweep;
 * :mod:`~daskqueue.queue.gate`: pausing the queue for work off the loop.
 
 Why mixins, not owner objects: Dask calls an actor's methods by name on the actor's class, and
@@ -41,8 +42,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskqueue import defaults, metrics
-from daskqueue.errors import LeaseExpiredError, PayloadTooLargeError, QueueClosedError, QueueHandedOffError
+from daskqueue.errors import (
+    LeaseExpiredError,
+    PayloadTooLargeError,
+    QueueClosedError,
+    QueueHandedOffError,
+    UnknownFunctionsError,
+)
 from daskqueue.queue.core import Chunk, QueueCore, Settlement
+from daskqueue.queue.functions import FunctionsMixin, FunctionTable
 from daskqueue.queue.gate import GateMixin
 from daskqueue.queue.handoff import HandoffMixin
 from daskqueue.queue.leasing import LeasingMixin
@@ -87,6 +95,8 @@ class QueueStats:
     get_calls: int
     closed: bool
     total_moved: int = 0  # handed to another queue by add_queues / remove_queue
+    functions: int = 0  # functions held: those its messages and dead letters use (and newer)
+    idle_functions: int = 0  # functions no message uses, kept in case they are used again
 
     @property
     def pending(self) -> int:
@@ -94,7 +104,8 @@ class QueueStats:
         return self.ready + self.delayed + self.leased
 
 
-class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, PeersMixin, SweeperMixin, GateMixin):
+class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, PeersMixin, SweeperMixin, FunctionsMixin,
+                     GateMixin):
     """Shared shell of the queue actors; see :class:`TransientQueue` for the public contract."""
 
     kind = "base"
@@ -127,7 +138,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
             policy=policy,
         )
         self._core.detach = detach_payload
-        self._funcs: dict[bytes, bytes] = {}
+        self._funcs = FunctionTable()  # see daskqueue.queue.functions
         self._tokens: dict[bytes, tuple[int, int]] = {}  # put token -> (first seq, count)
         self._closed = False
         self._handed_off = False  # its state went to a successor: it serves no more (see handoff)
@@ -192,7 +203,9 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         return None
 
     async def _housekeeping(self) -> None:
-        """Periodic storage work (interval syncs, compaction), run by the sweeper."""
+        """Periodic storage work (interval syncs, compaction), run by the sweeper; and the
+        function sweep when due."""
+        self._sweep_functions_if_due()
 
     def _close_storage(self) -> None:
         """Release storage on close."""
@@ -213,6 +226,9 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         funcs, groups = decode_put(blob)
         if token is not None and token in self._tokens:
             return ranges_of(self._tokens[token], groups)
+        new_funcs, unknown = self._funcs.to_store({g.digest for g in groups if g.digest is not None}, funcs)
+        if unknown:  # evicted since the client sent them: it sends them again
+            raise UnknownFunctionsError(sorted(unknown))
         for g in groups:
             self._check_sizes(g.offsets)
         now = self._now()
@@ -230,12 +246,12 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
                 chunks.append((chunk, g.delay_now()))
                 first = chunk.base_seq if first is None else first
             ranges.append((first, group.count))
-        new_funcs = {d: b for d, b in funcs.items() if d not in self._funcs}
         self._on_put(chunks, new_funcs, now, token, ranges)  # raises (nothing enqueued) if storage fails
         self._remember_token(token, ranges)
-        self._funcs.update(new_funcs)
+        self._funcs.add(new_funcs)
         for chunk, delay_s in chunks:
             self._core.put(chunk, now=now, not_before=now + delay_s if delay_s > 0 else None)
+        self._sweep_functions_if_due()  # after the put: its functions are in use
         if any(d > 0 for _, d in chunks):
             self._reschedule()
         self._notify_ready()
@@ -310,14 +326,6 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         finally:  # the results are kept even if storage failed (see DurableQueue)
             self._notify_outcomes()
 
-    async def get_functions(self, digests: list[bytes]) -> dict[bytes, bytes]:
-        """The pickled functions with these digests (those this queue knows)."""
-        if self._paused is not None:  # the gate; see _unpaused
-            await self._unpaused()
-        if self._handed_off:
-            self._check_serving()
-        return {d: self._funcs[d] for d in digests if d in self._funcs}
-
     # -- inspection and lifecycle ------------------------------------------------------------
 
     async def stats(self) -> QueueStats:
@@ -341,6 +349,8 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
             get_calls=self._get_calls,
             closed=self._closed,
             total_moved=s.total_moved,
+            functions=len(self._funcs.held),
+            idle_functions=self._funcs.idle_count,
         )
 
     def metrics_sample(self) -> metrics.QueueSample:

@@ -123,6 +123,7 @@ class DurableQueue(RecoveryMixin, CompactionMixin, QueueActorBase):
         self._pending: list[IndexRecord] = []  # index records to go out with the next append
         self._unpins: list[int] = []  # segments to unpin once self._pending is in the index
         self._compaction_due = False  # the sweeper compacts when it next wakes
+        self._swept_func_bytes = 0  # FUNC bytes swept since the last compaction (_functions_swept)
         try:
             recovered = replay(self._store.take_records(), self._store.read_log, self._store.report)
             state = pickle.loads(handoff) if handoff is not None else {"leases": [], "fences": {}}
@@ -181,6 +182,11 @@ class DurableQueue(RecoveryMixin, CompactionMixin, QueueActorBase):
         records = []
         wall_offset = self._wall_offset()
         for digest, data in funcs.items():
+            if digest in self._func_refs:
+                # Swept, used again before a compaction dropped its FUNC record: the index
+                # still names that one (and its segment is pinned). A second record would
+                # leave one of the two unpinned, its segment deleted under the index.
+                continue
             seg, off = self._store.append_log(LogType.FUNC, digest, data)
             records.append(IndexRecord(IndexType.FUNC, 0, 0, 0, seg, off))
             self._func_refs[digest] = (seg, off)
@@ -317,11 +323,22 @@ class DurableQueue(RecoveryMixin, CompactionMixin, QueueActorBase):
         self._write_index()
         self._commit()
 
+    def _functions_swept(self, dropped: dict[bytes, bytes]) -> None:
+        """The FUNC records of swept functions stay in the index, their segments pinned, until
+        the next compaction writes an index without them: no index record says a function
+        was dropped, so a segment deleted earlier would make a reopen report the FUNC record
+        the index still names as corrupt. Once a segment's worth of them is swept, compact."""
+        self._swept_func_bytes += sum(len(data) for data in dropped.values())
+        if not self._compaction_due and self._swept_func_bytes >= self._store.max_segment_bytes:
+            self._compaction_due = True
+            self._wake_sweeper()
+
     def _housekeeping_due_in(self) -> float | None:
         return 0.0 if self._compaction_due else self._store.sync_due_in()
 
     async def _housekeeping(self) -> None:
         """The due interval sync, then the due compaction (off the loop, queue paused)."""
+        self._sweep_functions_if_due()
         due = self._store.sync_due_in()
         if due is not None and due <= 0:
             self._syncs.start()
@@ -333,6 +350,7 @@ class DurableQueue(RecoveryMixin, CompactionMixin, QueueActorBase):
         # is only logged. It changed nothing (see _compact); the next try waits for the index
         # to double.
         try:
+            self._sweep_functions()  # compaction copies the used functions only
             await self._run_paused(self._compact)
         except StoreError as e:
             logger.warning("queue %d: compaction failed, postponed: %s", self.index, e)
@@ -420,6 +438,7 @@ class DurableQueue(RecoveryMixin, CompactionMixin, QueueActorBase):
         await self._unpaused()
         if self._closed:
             raise QueueClosedError(f"queue {self.index} is closed")
+        self._sweep_functions()  # compaction copies the used functions only
         await self._run_paused(self._compact)
         self._compaction_due = False
 

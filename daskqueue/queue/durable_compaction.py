@@ -45,12 +45,16 @@ class CompactionMixin:
         records.extend(token_record(t, first, n).to_bytes() for t, (first, n) in self._tokens.items())
         store.replace_index(records)
         self._func_refs, self._dead_errors, self._result_refs = func_refs, dead_errors, result_refs
+        self._swept_func_bytes = 0
         store.reset_pins(pins)
         store.sync()
 
     def _copy_funcs(self, records: list[bytes], pins: dict[int, int]) -> dict[bytes, tuple[int, int]]:
+        """The held functions only (those live messages and dead letters use, and newer):
+        the FUNC records of swept ones are left behind, with the segments only they kept.
+        A swept function used again comes back with a new FUNC record (``_on_put``)."""
         refs = {}
-        for digest, data in self._funcs.items():
+        for digest, data in self._funcs.held.items():
             seg, off = self._store.append_log(LogType.FUNC, digest, data)
             refs[digest] = (seg, off)
             records.append(IndexRecord(IndexType.FUNC, 0, 0, 0, seg, off).to_bytes())

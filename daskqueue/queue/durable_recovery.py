@@ -50,8 +50,8 @@ class RecoveryMixin:
             if live:  # a chunk rule 6 dead-lettered entirely pins nothing
                 self._chunk_live[h.base_seq] = [rc.segment, live]
                 pins[rc.segment] = pins.get(rc.segment, 0) + 1
-        for digest, (data, seg, off) in rec.funcs.items():
-            self._funcs[digest] = data
+        self._funcs.add({digest: data for digest, (data, _, _) in rec.funcs.items()})
+        for digest, (_, seg, off) in rec.funcs.items():
             self._func_refs[digest] = (seg, off)
         self._restore_results(rec)
         for lease_id, deadline_in, owner, started_in, spans in adopted:
@@ -63,6 +63,9 @@ class RecoveryMixin:
         self._tokens = dict(list(rec.tokens.items())[-TOKENS_KEPT:])
         self._core.advance_seq(rec.next_seq)
         self._core.rebuild_key_holders()  # a retried keyed message still runs before its key's next
+        # Every FUNC record the index names was loaded (and stays pinned until a compaction
+        # leaves the unused ones behind); those no message uses go to the idle table now.
+        self._sweep_functions()
         for seg in list(self._func_refs.values()) + list(self._dead_errors.values()):
             pins[seg[0]] = pins.get(seg[0], 0) + 1
         for seg in self._result_refs:

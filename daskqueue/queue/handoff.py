@@ -151,7 +151,7 @@ class HandoffMixin:
         results not fetched, functions, put tokens."""
         return {
             "core": self._core.export_state(now=now),
-            "funcs": self._funcs,
+            "funcs": self._funcs.export(),  # held and idle: the successor holds them all
             "results": self._results,
             "results_base": self._results_base,
             "tokens": self._tokens,
@@ -161,7 +161,7 @@ class HandoffMixin:
 
     def _import_handoff(self, state: dict[str, Any]) -> None:
         self._core.import_state(state["core"], now=self._now())
-        self._funcs = state["funcs"]
+        self._funcs.load(state["funcs"])
         self._results = state["results"]
         self._results_base = state["results_base"]
         self._tokens = state["tokens"]

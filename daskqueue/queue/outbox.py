@@ -24,6 +24,7 @@ from daskqueue.serialize import PROTOCOL, ResultRecord, encode_put
 
 if TYPE_CHECKING:
     from daskqueue.queue.core import QueueCore
+    from daskqueue.queue.functions import FunctionTable
 
 __all__ = ["OutboxMixin"]
 
@@ -39,7 +40,7 @@ class OutboxMixin:
     # Owned by QueueActorBase.
     index: int
     _core: QueueCore
-    _funcs: dict[bytes, bytes]
+    _funcs: FunctionTable
     _handed_off: bool
 
     def _init_outbox(self) -> None:

@@ -14,7 +14,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from daskqueue import defaults
-from daskqueue.errors import ConfigurationError, QueueLostError, QueueMovedError
+from daskqueue.errors import ConfigurationError, QueueLostError, QueueMovedError, UnknownFunctionsError
 from daskqueue.messages import QUEUE_INDEX_BITS, make_id
 from daskqueue.queue.encode import PutBatch, encode_keyed
 from daskqueue.queue.router import Router, consecutive_runs, waves
@@ -80,9 +80,15 @@ class Sender:
             except Exception as e:  # not sent: its messages are not stored
                 errors.append((q, e, sum(g.count for g in batch[0])))
         ids: list[Any] = [None] * n if into is None else into
-        for q, (groups, _, positions), blob, token, pending in sends:
+        for q, (groups, funcs, positions), blob, token, pending in sends:
             try:
-                allocated = self._put_answer(q, pending, blob, token)
+                try:
+                    allocated = self._put_answer(q, pending, blob, token)
+                except UnknownFunctionsError as e:  # the queue evicted them: once more, carrying them
+                    for digest in e.digests:
+                        self.table.sent_funcs[q].discard(digest)
+                    blob = encode_put(groups, funcs)
+                    allocated = self._put_answer(q, self.table.call(q, "put_batch", blob, token), blob, token)
             except Exception as e:
                 errors.append((q, e, sum(g.count for g in groups)))
                 continue

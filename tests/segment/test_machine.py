@@ -576,7 +576,9 @@ class DurableQueueMachine(RuleBasedStateMachine):
         self.leases.clear()
         self.stale.clear()
         # The client keeps its dead-letter cursor across the reopen (as a running map does).
-        assert self.run(q.get_functions(sorted(FUNCS))) == self.funcs
+        # No message names a function here (RAW puts): a queue evicts such functions, and a
+        # compaction leaves their FUNC records behind. Those it still holds are intact.
+        assert self.run(q.get_functions(sorted(FUNCS))).items() <= self.funcs.items()
         # Every pending payload was read back from the log: each must be intact.
         for span, _ in q._core.live_spans():
             offsets, payload = span.chunk.payload.offsets, span.chunk.payload.data
