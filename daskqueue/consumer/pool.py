@@ -301,10 +301,14 @@ class ConsumerPool(OpensOnAwait):
             return
         self.members.closed = True
         self._membership.remove_listener(self)
-        registry.unregister_consumers(self)
-        failed = self.members.call_all("close")
-        if failed:
-            logger.warning("closing consumers failed: %s", failed)
+        lost = self._membership.scheduler_lost()
+        if lost is None:
+            registry.unregister_consumers(self)
+            failed = self.members.call_all("close")
+            if failed:
+                logger.warning("closing consumers failed: %s", failed)
+        else:  # no call can reach them: they close themselves once released (orphan check)
+            logger.info("closing %r with the scheduler lost (%s): its consumers are not told", self, lost)
         self.members.started = False
         if not self.queue_pool.closed:
             self._tell_slots()

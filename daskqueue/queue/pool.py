@@ -400,13 +400,16 @@ class QueuePool(Submitting, Taking, OpensOnAwait):
         not_in_client_loop(self.client)
         self._closed = True
         self.membership.remove_listener(self)
-        if self.membership.scheduler_lost() is None:
+        lost = self.membership.scheduler_lost()
+        if lost is None:
             registry.unregister_pool(self)
-        table = self.table
-        live = [(f"queue {i}", q) for i, q in enumerate(table.handles) if i not in table.lost and i not in table.removed]
-        failed = call_all(live, "close", timeout_s=defaults.STOP_TIMEOUT_S)
-        if failed:
-            logger.warning("closing queues failed: %s", failed)
+            table = self.table
+            live = [(f"queue {i}", q) for i, q in enumerate(table.handles) if i not in table.lost and i not in table.removed]
+            failed = call_all(live, "close", timeout_s=defaults.STOP_TIMEOUT_S)
+            if failed:
+                logger.warning("closing queues failed: %s", failed)
+        else:  # no call can reach them; they close themselves once released (orphan check)
+            logger.info("closing %r with the scheduler lost (%s): its queues are not told", self, lost)
         forget(self)
         logger.info("%r closed", self)
 
