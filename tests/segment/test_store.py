@@ -407,7 +407,9 @@ async def test_a_compaction_that_rolls_over_keeps_the_segment_it_copied_into(tmp
     funcs = {bytes([1]) * 16: b"f" * 5000, bytes([2]) * 16: b"g" * 5000}
     q = open_queue(tmp_path, max_segment_bytes=16384)
     offsets, data = pack_payloads([b"x"], max_message_bytes=2**20)
-    await q.put_batch(encode_put([Group(Kind.RAW, None, None, 0, None, 0.0, 1, offsets, data)], funcs))
+    # Two calls delayed for an hour keep both functions in use, so compaction copies them.
+    calls = [Group(Kind.CALL, d, None, 0, None, 3600.0, 1, offsets, data) for d in funcs]
+    await q.put_batch(encode_put([Group(Kind.RAW, None, None, 0, None, 0.0, 1, offsets, data)] + calls, funcs))
     await put(q, [b"y" * 9000])  # rolls over: segment 2, about 7 KB left
     assert q._store.active.number == 2
     lease, items = await get(q)
