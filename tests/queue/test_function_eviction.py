@@ -37,6 +37,25 @@ def call_blob(funcs: dict[bytes, bytes], digests: list[bytes], carry: bool = Tru
     return encode_put(groups, {d: funcs[d] for d in digests} if carry else {})
 
 
+def distinct_functions(n: int, filler: bytes) -> dict[bytes, bytes]:
+    """``n`` distinct fake pickled functions (digest -> bytes) of about ``len(filler)`` bytes."""
+    return {digest_of(b"%d" % i + filler): b"%d" % i + filler for i in range(n)}
+
+
+async def put_and_run(q, funcs: dict[bytes, bytes], *, per_put: int, keep_last: bool = False,
+                      housekeeping: bool = False) -> None:
+    """Put one call per function, ``per_put`` to a put, running each put's calls before the
+    next (``keep_last``: the last put's stay ready; ``housekeeping``: the queue's after each)."""
+    digests = list(funcs)
+    for start in range(0, len(digests), per_put):
+        await q.put_batch(call_blob(funcs, digests[start:start + per_put]))
+        if keep_last and start + per_put >= len(digests):
+            return
+        await run_all(q)
+        if housekeeping:
+            await q._housekeeping()  # noqa: SLF001
+
+
 async def run_all(q, *, fail: bool = False) -> int:
     """Lease and settle everything ready (``fail``: as failed, fatally); return how many."""
     n = 0
@@ -132,13 +151,10 @@ def test_queue_keeps_only_the_functions_its_messages_and_dead_letters_use():
 def test_durable_compaction_deletes_the_segments_of_dropped_functions(tmp_path):
     async def main():
         q = open_queue(tmp_path / "q", max_segment_bytes=64 * 1024, compact_index_bytes=2**30)
-        big = {digest_of(b"%d" % i + b"x" * 8000): b"%d" % i + b"x" * 8000 for i in range(600)}
+        big = distinct_functions(600, b"x" * 8000)
         digests = list(big)
         live_one = digests[-1]
-        for start in range(0, len(digests), 20):
-            await q.put_batch(call_blob(big, digests[start:start + 20]))
-            if start + 20 < len(digests):
-                await run_all(q)
+        await put_and_run(q, big, per_put=20, keep_last=True)
         before = await q.disk_usage()
         await q.compact()
         after = await q.disk_usage()
@@ -158,12 +174,9 @@ def test_durable_reopen_before_compaction_reports_no_corruption(tmp_path):
     """Swept FUNC records stay pinned until a compaction drops them from the index."""
     async def main():
         q = open_queue(tmp_path / "q", max_segment_bytes=16 * 1024, compact_index_bytes=2**30)
-        big = {digest_of(b"%d" % i + b"y" * 2000): b"%d" % i + b"y" * 2000 for i in range(3000)}
+        big = distinct_functions(3000, b"y" * 2000)
         digests = list(big)
-        for start in range(0, len(digests), 50):
-            await q.put_batch(call_blob(big, digests[start:start + 50]))
-            await run_all(q)
-            await q._housekeeping()  # noqa: SLF001
+        await put_and_run(q, big, per_put=50, housekeeping=True)
         assert (await q.stats()).functions < len(digests)  # swept
         assert digests[0] not in await q.get_functions([digests[0]])  # and gone from the idle table
         await q.put_batch(call_blob(big, [digests[0]]))  # sent again before any compaction
