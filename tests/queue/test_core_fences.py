@@ -53,7 +53,7 @@ def test_the_per_key_api_and_the_by_source_api_share_one_state():
     core.fence_from(4, ["b"])
     core.fence(["c"])
     assert core.fenced == {"b", "c"}
-    core.unfence(["b"])  # what the actor's fence checker calls: any source
+    core.unfence(["b"])  # the source-less spelling (tests, older exports): any source
     assert core.fences.by_source() == {ANY_SOURCE: {"c"}}
 
 
