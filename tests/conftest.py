@@ -6,6 +6,8 @@ pools it creates.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 from distributed import Client, LocalCluster
 
@@ -18,10 +20,36 @@ def cluster():
         yield cluster
 
 
+SHARED_WORKERS = 2
+
+
 @pytest.fixture(scope="session")
-def client(cluster):
+def _shared_client(cluster):
     with Client(cluster) as client:
         yield client
+
+
+@pytest.fixture
+def client(request, cluster, _shared_client):
+    """The session's client, on a cluster that has its ``SHARED_WORKERS`` workers again.
+
+    A test on the shared cluster must not lose a worker; if one did anyway (a worker that
+    died under load and was not restarted), the next test would see a smaller cluster and
+    fail for a reason of someone else's. Restore the shape and name the test that broke it.
+    """
+    _restore_shared_workers(cluster, _shared_client, before=request.node.nodeid)
+    yield _shared_client
+    _restore_shared_workers(cluster, _shared_client, after=request.node.nodeid)
+
+
+def _restore_shared_workers(cluster, client, *, before=None, after=None):
+    n = len(client.scheduler_info(n_workers=-1)["workers"])
+    if n == SHARED_WORKERS:
+        return
+    where = f"after {after}" if after else f"before {before}"
+    warnings.warn(f"the shared cluster had {n} workers, not {SHARED_WORKERS}, {where}: restored", stacklevel=2)
+    cluster.scale(SHARED_WORKERS)
+    client.wait_for_workers(SHARED_WORKERS, timeout=60)
 
 
 @pytest.fixture
