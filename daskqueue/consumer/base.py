@@ -208,6 +208,8 @@ class ConsumerBase:
         self._halt_items = not self.early_ack
         if self._slots.process is not None:
             await self._slots.process.set_halt(self._halt_items)
+        # An idle fetch loop is in a long poll: have its queue answer it now.
+        await self._calls.end_waits(self._fetcher.owner)
         await self._slots.join()
         await self._calls.close_late()
         self._calls.unbind()

@@ -33,6 +33,9 @@ REMOTE_CALL_TIMEOUT_S = 20.0
 #: what it holds (a fetch's lease): about a lease's life, after which it expired anyway.
 LATE_ANSWER_WAIT_S = defaults.LEASE_TIMEOUT_S
 
+#: How long a stopping consumer waits for its queues to end its long polls (``end_waits``).
+END_WAITS_TIMEOUT_S = 5.0
+
 
 def worker_address() -> str | None:
     """The address of the worker this runs on (None off a worker)."""
@@ -57,6 +60,7 @@ class QueueCalls:
         self._dead: set[str] = set()
         self._lost_event: asyncio.Event | None = None
         self._late: set[asyncio.Task[None]] = set()  # answers awaited after their call gave up
+        self._waiting: dict[int, int] = {}  # slot -> calls waiting there (wait_s > 0), see end_waits
 
     def bind(self) -> bool:
         """Bind queues in this process to their objects (and those set later, until
@@ -102,10 +106,32 @@ class QueueCalls:
         call given up at its deadline is still awaited (for ``LATE_ANSWER_WAIT_S`` more,
         until ``close_late``) and handed to ``on_late`` (a fetch gives its lease back so)."""
         call, address = self._start(slot, method, args)
-        if address is None:
-            return await call
-        return await self._within(call, slot, address, method,
-                                  wait_s + REMOTE_CALL_TIMEOUT_S if deadline_s is None else deadline_s, on_late)
+        if wait_s > 0:
+            self._waiting[slot] = self._waiting.get(slot, 0) + 1
+        try:
+            if address is None:
+                return await call
+            return await self._within(call, slot, address, method,
+                                      wait_s + REMOTE_CALL_TIMEOUT_S if deadline_s is None else deadline_s, on_late)
+        finally:
+            if wait_s > 0:
+                self._waiting[slot] -= 1
+                if not self._waiting[slot]:
+                    del self._waiting[slot]
+
+    async def end_waits(self, owner: str | None) -> None:
+        """The consumer stops: end its long polls now (``end_polls(owner)`` of every queue
+        with a call waiting), so that stopping does not wait out their ``wait_s``. A poll
+        ended so answers ``None``, or the batch it leased first, which the caller runs:
+        nothing is lost. Best effort within ``END_WAITS_TIMEOUT_S``: a poll not ended
+        still ends at its own deadline."""
+        if owner is None:
+            return
+        slots = [slot for slot in self._waiting if slot in self.queues]
+        ends = [self.call(slot, "end_polls", owner, deadline_s=END_WAITS_TIMEOUT_S) for slot in slots]
+        for slot, result in zip(slots, await asyncio.gather(*ends, return_exceptions=True)):
+            if isinstance(result, Exception):
+                logger.debug("ending the long poll of queue %d failed (%s: %s)", slot, type(result).__name__, result)
 
     def _start(self, slot: int, method: str, args: tuple[Any, ...]) -> tuple[Any, str | None]:
         queue = self.queues[slot]

@@ -28,7 +28,7 @@ logger = logging.getLogger("daskqueue")
 
 
 class LeasingMixin:
-    """Remote methods ``get_batch``, ``get_batch_nowait``, ``extend``, ``workers_lost``."""
+    """Remote methods ``get_batch``, ``get_batch_nowait``, ``end_polls``, ``extend``, ``workers_lost``."""
 
     # Owned by QueueActorBase and PeersMixin.
     index: int
@@ -37,6 +37,7 @@ class LeasingMixin:
     _closed: bool
     _get_calls: int
     _getters: int
+    _poll_ends: dict[str, int]
     _ready_event: asyncio.Event | None
     _gossip: asyncio.Task[None] | None
 
@@ -52,13 +53,14 @@ class LeasingMixin:
         still hears where work is.
 
         Returns a delivery blob, or ``None`` if nothing became ready in time (or the queue was
-        closed while waiting). Waiting awaits an event set by puts and redeliveries: an idle
-        caller costs one call per ``wait_s``. ``owner`` (the caller's worker address) lets
+        closed, or :meth:`end_polls` ended the owner's polls, while waiting). Waiting awaits
+        an event set by puts and redeliveries: an idle caller costs one call per ``wait_s``. ``owner`` (the caller's worker address) lets
         :meth:`workers_lost` take the lease back if that worker dies.
         """
         self._start()
         self._get_calls += 1
         deadline = self._now() + wait_s
+        ended = self._poll_ends.get(owner, 0) if owner is not None else 0
         while True:
             if self._paused is not None:  # the gate, at the start and after every wait
                 await self._unpaused()
@@ -86,6 +88,8 @@ class LeasingMixin:
                 return None
             if not await self._wait_ready(remaining, counted=min_priority is None):
                 return None
+            if owner is not None and self._poll_ends.get(owner, 0) != ended:
+                return None  # its consumer stops (end_polls)
 
     async def _wait_ready(self, timeout_s: float, *, counted: bool) -> bool:
         """Wait up to ``timeout_s`` for the ready event; returns whether it came. A getter
@@ -116,6 +120,14 @@ class LeasingMixin:
             self._core.settle(lease.lease_id, done=0, now=now)
             self._notify_ready()
             raise
+
+    async def end_polls(self, owner: str) -> None:
+        """The consumers on worker ``owner`` stop: their ``get_batch`` calls waiting here
+        answer ``None`` now instead of at the end of their ``wait_s`` (a consumer there that
+        still runs just polls again). Leases nothing and changes no message."""
+        self._poll_ends[owner] = self._poll_ends.get(owner, 0) + 1
+        if self._ready_event is not None:
+            self._notify_ready()
 
     async def get_batch_nowait(self, max_items: int) -> bytes:
         """Like ``get_batch`` without waiting; raises :class:`QueueEmpty` if nothing is ready."""
