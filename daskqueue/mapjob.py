@@ -4,7 +4,7 @@ Each line of INPUT (text, or JSON with ``--json``; ``-`` for stdin) becomes one 
 ``FUNC(item)``; the output holds one JSON line per item, ``{"index", "input", "result"}`` or
 ``{"index", "input", "error", "traceback"}``, in input order (or as they finish with
 ``--unordered``). With ``--durable DIR`` the job survives a crash or a walltime kill: running
-the same command again resumes it. How resuming works:
+the same command again resumes it. How resuming works (the files: :mod:`daskqueue.mapfiles`):
 
 * ``DIR/queues`` is a durable pool: messages not yet run, results not yet fetched and dead
   letters are all there after a crash;
@@ -27,27 +27,21 @@ import logging
 import os
 import sys
 import time
-from array import array
 from pathlib import Path
 from typing import Any, Callable
 
-from daskqueue.errors import RemoteTaskError
+from daskqueue.mapfiles import Journal, Output, State, UsageError, outcome_record
 
-__all__ = ["run_map", "call_indexed"]
+__all__ = ["run_map", "call_indexed", "UsageError"]
 
 logger = logging.getLogger("daskqueue")
 
 CHUNK = 50_000
-STATE_FORMAT = 1
 
 
 def call_indexed(func: Callable[[Any], Any], index: int, item: Any) -> tuple[int, Any]:
     """What each task runs: ``func(item)``, returned with the item's index."""
     return index, func(item)
-
-
-class UsageError(Exception):
-    """A mistake on the command line (exit status 2)."""
 
 
 def load_function(spec: str) -> Callable[[Any], Any]:
@@ -102,184 +96,6 @@ def read_items(path: str, as_json: bool) -> list[Any]:
     finally:
         if stream is not sys.stdin:
             stream.close()
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def read_whole_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON records of ``path`` (a journal or an output file of ours), one per line, up
-    to the first line a kill tore (unfinished, or not a record with an ``index``): the file
-    is cut there, so that what is appended next starts on a line of its own."""
-    if not path.exists():
-        return []
-    records, good = [], 0
-    with open(path, "rb") as f:
-        for line in f:
-            if not line.endswith(b"\n"):
-                break
-            try:
-                rec = json.loads(line)
-                rec["index"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                break
-            records.append(rec)
-            good += len(line)
-    os.truncate(path, good)
-    return records
-
-
-class Journal:
-    """``done.jsonl``: one line per outcome, fsynced per batch; read back on resume (a
-    torn last line, from a kill mid-write, is dropped)."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.records: dict[int, dict[str, Any]] = {}
-        self._file = None
-        if path is None:
-            return
-        for rec in read_whole_lines(path):
-            self.records.setdefault(rec["index"], rec)
-        self._file = open(path, "a", encoding="utf-8")
-
-    def add(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Record these outcomes (the new ones); return the new ones."""
-        new = [r for r in records if r["index"] not in self.records]
-        for r in new:
-            self.records[r["index"]] = r
-        if self._file is not None and new:
-            self._file.write("".join(json.dumps(r) + "\n" for r in new))
-            self._file.flush()
-            os.fsync(self._file.fileno())
-        return new
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-
-
-class Output:
-    """The output file: in input order (written as the prefix completes) or as they finish.
-    On resume it keeps the lines already there and writes the rest."""
-
-    def __init__(self, path: str | None, items: list[Any], ordered: bool) -> None:
-        self.items = items
-        self.ordered = ordered
-        self.written: set[int] = set()
-        self.next = 0
-        self.pending: dict[int, dict[str, Any]] = {}
-        if path is None or path == "-":
-            self.file = sys.stdout
-            return
-        self.written.update(rec["index"] for rec in read_whole_lines(Path(path)))
-        while self.next in self.written:
-            self.next += 1
-        self.file = open(path, "a", encoding="utf-8")
-
-    def add(self, records: list[dict[str, Any]]) -> None:
-        lines = []
-        for r in records:
-            if r["index"] in self.written:
-                continue
-            if not self.ordered:
-                lines.append(r)
-                self.written.add(r["index"])
-            else:
-                self.pending[r["index"]] = r
-        while self.ordered and self.next in self.pending:
-            r = self.pending.pop(self.next)
-            lines.append(r)
-            self.written.add(self.next)
-            self.next += 1
-            while self.next in self.written:
-                self.next += 1
-        if lines:
-            self.file.write("".join(json.dumps(_output_line(r, self.items[r["index"]])) + "\n" for r in lines))
-            self.file.flush()
-
-    def close(self) -> None:
-        if self.file is not sys.stdout:
-            self.file.close()
-
-
-def _output_line(record: dict[str, Any], item: Any) -> dict[str, Any]:
-    """``{"index", "input", "result"}`` or ``{"index", "input", "error", "traceback"}``."""
-    if "error" in record:
-        return {"index": record["index"], "input": item, "error": record["error"], "traceback": record["traceback"]}
-    return {"index": record["index"], "input": item, "result": record["result"]}
-
-
-class State:
-    """``state.json`` and ``ids.bin`` of a durable job (None without ``--durable``)."""
-
-    def __init__(self, root: Path | None, spec: str, input_path: str, as_json: bool, n: int) -> None:
-        self.root = root
-        self.submitted = 0
-        self.ids = array("Q")
-        self._by_id: dict[int, int] | None = None
-        if root is None:
-            return
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        job = {"format": STATE_FORMAT, "func": spec, "input": input_path, "json": as_json, "items": n}
-        path = root / "state.json"
-        if path.exists():
-            known = json.loads(path.read_text())
-            mine = {k: known.get(k) for k in job}
-            if mine != job:
-                raise UsageError(f"{root} holds another job ({known.get('func')} over {known.get('input')}, "
-                                 f"{known.get('items')} items): use another --durable directory")
-            self.submitted = known["submitted"]
-            with open(root / "ids.bin", "rb") as f:
-                data = f.read()
-            self.ids.frombytes(data[: len(data) // 8 * 8])
-            self.ids = self.ids[: self.submitted]
-        self.job = job
-        self._save()
-
-    def _save(self) -> None:
-        if self.root is None:
-            return
-        tmp = self.root / "state.json.tmp"
-        tmp.write_text(json.dumps(dict(self.job, submitted=self.submitted)))
-        os.replace(tmp, self.root / "state.json")
-
-    def put(self, ids: list[int]) -> None:
-        """A chunk was put: persist its ids, then the count (a crash between puts it again)."""
-        chunk = array("Q", ids)
-        if self.root is not None:
-            with open(self.root / "ids.bin", "r+b" if (self.root / "ids.bin").exists() else "wb") as f:
-                f.seek(len(self.ids) * 8)
-                f.write(chunk.tobytes())
-                f.truncate()
-                f.flush()
-                os.fsync(f.fileno())
-        self.ids.extend(chunk)
-        self.submitted += len(ids)
-        self._save()
-        self._by_id = None
-
-    def index_of(self, task_id: int) -> int | None:
-        if self._by_id is None:
-            self._by_id = {t: i for i, t in enumerate(self.ids)}
-        return self._by_id.get(task_id)
-
-
-def outcome_record(task_id: int, outcome: Any, state: State) -> dict[str, Any] | None:
-    """The journal record of one outcome (None: a failure whose item is not known yet)."""
-    if isinstance(outcome, RemoteTaskError):
-        index = state.index_of(task_id)
-        if index is None:
-            return None
-        return {"index": index, "error": f"{outcome.exc_type}: {outcome.exc_message}",
-                "traceback": outcome.remote_traceback, "task_id": task_id}
-    index, value = outcome
-    return {"index": index, "result": _jsonable(value)}
 
 
 def run_map(args: argparse.Namespace) -> int:
@@ -379,7 +195,7 @@ def _drive(qp: Any, cp: Any, func: Callable[[Any], Any], items: list[Any], state
                     missing = n - len(journal.records)
                     print(f"daskqueue map: {missing:,} items have no outcome and none is pending "
                           "(lost with a transient queue?); run again to put them again", file=sys.stderr)
-                    _forget_unsettled(state, journal)
+                    state.forget_unsettled(journal.records)
                     return 1
                 break
             if not got:
@@ -438,12 +254,3 @@ def _resolve_unknown(qp: Any, unknown: dict[int, Any], journal: Journal, output:
             records.append({"index": args[0], "error": f"{outcome.exc_type}: {outcome.exc_message}",
                             "traceback": outcome.remote_traceback, "task_id": d.task_id})
     output.add(journal.add(records))
-
-
-def _forget_unsettled(state: State, journal: Journal) -> None:
-    """Items put but with no outcome and nothing pending were lost: let a rerun put them."""
-    if state.root is None:
-        return
-    state.submitted = min([i for i in range(len(state.ids)) if i not in journal.records], default=state.submitted)
-    state.ids = state.ids[: state.submitted]
-    state._save()
