@@ -20,8 +20,9 @@ A put of 10,000 messages is one span; ``get_batch`` splits spans, so the per-mes
 the hot path is zero and memory per waiting message is its payload plus a 4-byte offset.
 
 The parts: value types in ``records``, the ready queues in ``ready``, which messages a lease
-takes in ``selection``, moving and fences in ``moving``, snapshot and restore in
-``snapshot``; this module holds the lifecycle itself and ``validate()``.
+takes in ``selection``, leases in ``leases``, dead letters in ``dead``, moving and fences in
+``core_moving`` and ``fences``, snapshot and restore in ``snapshot``, the views of the state and
+``validate()`` (its invariants) in ``core_inspection``; this module holds the lifecycle itself.
 
 Not thread-safe: the owner (an actor on one event loop) serialises calls.
 """
@@ -35,6 +36,7 @@ from daskqueue.queue.backoff import compute_backoff
 from daskqueue.queue.dead import DeadLetters
 from daskqueue.queue.fences import Fences
 from daskqueue.queue.leases import LeaseTable
+from daskqueue.queue.core_inspection import InspectionMixin
 from daskqueue.queue.core_moving import CoreMovingMixin
 from daskqueue.queue.policy import FIFO, TypePolicy
 from daskqueue.queue.ready import DelayedSpans, ReadyQueues
@@ -60,7 +62,7 @@ __all__ = ["Chunk", "Span", "Lease", "DeadLetter", "JournalEntry", "Transition",
            "Settlement", "LEASE_EXPIRED", "MOVER"]
 
 
-class QueueCore(CoreMovingMixin, SnapshotMixin):
+class QueueCore(CoreMovingMixin, SnapshotMixin, InspectionMixin):
     """The lifecycle of the messages of one queue (see the module docstring).
 
     Parameters (keyword-only): ``lease_timeout_s`` (> 0), ``max_retries`` (>= 0), the backoff
@@ -370,66 +372,3 @@ class QueueCore(CoreMovingMixin, SnapshotMixin):
     def _promote_due(self, now: float) -> None:
         for span in self._delayed.pop_due(now):
             self._ready.push(span)
-
-    # -- inspection -----------------------------------------------------------------------
-
-    def live_spans(self) -> list[tuple[Span, str]]:
-        """Every unsettled span with its state: ``"ready"``, ``"delayed"`` or ``"leased"``."""
-        out = [(s, "ready") for s in self._ready.spans()]
-        out += [(s, "delayed") for s in self._delayed.spans()]
-        out += [(s, "leased") for lease in self._leases for s in lease.spans]
-        return out
-
-    def delayed(self) -> list[tuple[float, Span]]:
-        """``(not_before, span)`` of every delayed span, earliest first."""
-        return self._delayed.entries()
-
-    def stats(self) -> CoreStats:
-        n = self._n
-        return CoreStats(
-            ready=self._ready.count,
-            delayed=self._delayed.count,
-            leased=self._leases.count,
-            dead=len(self.dead),
-            total_put=n.total_put,
-            total_acked=n.total_acked,
-            total_retried=n.total_retried,
-            total_expired=n.total_expired,
-            total_taken_back=n.total_taken_back,
-            total_moved=n.total_moved,
-            total_purged=n.total_purged,
-        )
-
-    def validate(self) -> None:
-        """Check every invariant; raise ``AssertionError`` naming the first that fails."""
-        n = self._n
-        self._ready.validate()
-        self._delayed.validate()
-        self._leases.validate(never_expire=MOVER)
-        spans = [s for s, _ in self.live_spans()]
-        for s in spans:
-            assert 0 <= s.start < s.stop <= s.chunk.count, f"bad span {s.start}..{s.stop}"
-            assert 0 <= s.attempts <= self.max_retries, f"span attempts {s.attempts}"
-        seqs = [s.chunk.base_seq + i for s in spans for i in range(s.start, s.stop)]
-        seqs += [d.seq for d in self.dead]
-        assert len(seqs) == len(set(seqs)), "a message is in two places"
-        self._dead.validate()
-        leased_keys = [s.chunk.key for lease in self._leases if lease.owner != MOVER
-                       for s in lease.spans if s.chunk.key]
-        assert len(leased_keys) == len(set(leased_keys)), "two messages of one key leased at once"
-        for key in leased_keys:
-            assert key in self._holders, f"leased key {key!r} not held"
-        if self.policy.typed:
-            leases: dict[str | None, int] = {}
-            for lease in self._leases:
-                if lease.typed:
-                    assert all(s.chunk.type == lease.type for s in lease.spans), "mixed typed lease"
-                    leases[lease.type] = leases.get(lease.type, 0) + 1
-            running = self._running.as_dict()
-            assert leases == running, f"running {running} != {leases}"
-        settled = n.total_acked + len(self.dead) + n.total_moved + n.total_purged
-        ready, delayed, leased = self._ready.count, self._delayed.count, self._leases.count
-        assert n.total_put == settled + ready + delayed + leased, (
-            f"put {n.total_put} != acked+dead+moved {settled} + ready {ready} + delayed "
-            f"{delayed} + leased {leased}"
-        )
