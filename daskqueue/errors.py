@@ -18,42 +18,48 @@ Leaves that wrap another exception set ``__cause__`` (``raise ... from e``).
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
+    # the root
     "DaskQueueError",
-    "ConfigurationError",
-    "InvalidTaskError",
-    "SerializationError",
-    "PayloadTooLargeError",
-    "QueueClosedError",
-    "QueueLostError",
-    "NoConsumersError",
-    "QueueMovedError",
-    "QueueHandedOffError",
-    "SchedulerLostError",
-    "KilledWorkerError",
-    "QueueEmpty",
-    "LeaseExpiredError",
-    "TimeLimitExceeded",
-    "JoinTimeoutError",
-    "QueueCallTimeoutError",
-    "RemoteTaskError",
-    "StoreError",
-    "StoreLockedError",
-    "ForeignDirectoryError",
-    "CorruptStoreError",
-    "FormatVersionError",
-    "CorruptRecordError",
-    "StoreFullError",
-    "StoreIOError",
-    "StorePermissionError",
+    # the caller's mistakes
+    "ConfigurationError", "InvalidTaskError", "SerializationError", "PayloadTooLargeError",
     "FieldTooLongError",
-    "CorruptPoolFileError",
-    "UnknownFunctionsError",
+    # the queue's state
+    "QueueClosedError", "QueueLostError", "QueueMovedError", "QueueHandedOffError",
+    "SchedulerLostError", "NoConsumersError", "KilledWorkerError", "QueueEmpty",
+    "TimeLimitExceeded", "LeaseExpiredError", "UnknownFunctionsError",
+    # waiting
+    "JoinTimeoutError", "QueueCallTimeoutError",
+    # user code
+    "RemoteTaskError",
+    # the durable store
+    "StoreError", "StoreLockedError", "ForeignDirectoryError", "CorruptStoreError",
+    "CorruptPoolFileError", "FormatVersionError", "CorruptRecordError", "StoreFullError",
+    "StoreIOError", "StorePermissionError",
 ]
 
 
 class DaskQueueError(Exception):
-    """Root of every error raised by daskqueue."""
+    """Root of every error raised by daskqueue.
+
+    Errors cross processes pickled: a subclass whose constructor takes arguments names, in
+    ``_fields``, the attributes that hold them (in order; keyword-only ones in
+    ``_keyword_fields``), and is rebuilt from them."""
+
+    _fields: tuple[str, ...] = ()
+    _keyword_fields: tuple[str, ...] = ()
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        if not self._fields:
+            return super().__reduce__()
+        return (_rebuild, (type(self), tuple(getattr(self, f) for f in self._fields),
+                           {f: getattr(self, f) for f in self._keyword_fields}))
+
+
+def _rebuild(cls: type[DaskQueueError], args: tuple[Any, ...], kwargs: dict[str, Any]) -> DaskQueueError:
+    return cls(*args, **kwargs)
 
 
 # -- the caller's mistakes ------------------------------------------------------------------------
@@ -82,6 +88,9 @@ class SerializationError(DaskQueueError):
 class PayloadTooLargeError(DaskQueueError, ValueError):
     """One message's payload is larger than the queue accepts (``max_message_bytes``)."""
 
+    _fields = ("size", "limit")
+    _keyword_fields = ("index",)
+
     def __init__(self, size: int, limit: int, *, index: int | None = None) -> None:
         where = "" if index is None else f" (task {index} of the batch)"
         super().__init__(f"message of {size:,} bytes exceeds max_message_bytes={limit:,}{where}")
@@ -89,8 +98,18 @@ class PayloadTooLargeError(DaskQueueError, ValueError):
         self.limit = limit
         self.index = index
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (_rebuild_too_large, (self.size, self.limit, self.index))
+
+class FieldTooLongError(ConfigurationError):
+    """A message's ``type`` or ``key`` is longer than a queue can store (durable queues keep
+    each in a 16-bit length, ``segment/FORMAT.md``): refused before anything was sent."""
+
+    _fields = ("field", "length", "limit")
+
+    def __init__(self, field: str, length: int, limit: int) -> None:
+        super().__init__(f"{field} is {length:,} bytes in UTF-8; at most {limit:,} are allowed")
+        self.field = field
+        self.length = length
+        self.limit = limit
 
 
 # -- the queue's state ----------------------------------------------------------------------------
@@ -108,9 +127,9 @@ class QueueLostError(DaskQueueError):
     recovers them. The error from Dask is the ``__cause__``.
     """
 
-    def __init__(
-        self, queue_index: int, address: str, durability: str, lost_messages: int | None = None
-    ) -> None:
+    _fields = ("queue_index", "address", "durability", "lost_messages")
+
+    def __init__(self, queue_index: int, address: str, durability: str, lost_messages: int | None = None) -> None:
         if durability == "durable":
             what = "its messages are on disk: open a new QueuePool on the same dirpath to recover them"
         elif lost_messages is not None:
@@ -125,14 +144,15 @@ class QueueLostError(DaskQueueError):
         #: Transient queues: messages put there whose outcome the client never received.
         self.lost_messages = lost_messages
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (QueueLostError, (self.queue_index, self.address, self.durability, self.lost_messages))
-
 
 class QueueMovedError(QueueLostError):
     """A durable queue's worker died while a call to it was in flight; the pool reopened the
     queue on another worker. The call's outcome is unknown (a put may or may not be stored);
     calls made from now on go to the new actor."""
+
+    _fields = ("queue_index", "address")
+    durability = "durable"
+    lost_messages = None
 
     def __init__(self, queue_index: int, address: str) -> None:
         DaskQueueError.__init__(
@@ -141,11 +161,6 @@ class QueueMovedError(QueueLostError):
         )
         self.queue_index = queue_index
         self.address = address
-        self.durability = "durable"
-        self.lost_messages = None
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (QueueMovedError, (self.queue_index, self.address))
 
 
 class SchedulerLostError(DaskQueueError):
@@ -156,6 +171,8 @@ class SchedulerLostError(DaskQueueError):
     ``QueuePool(..., durability="durable", dirpath=same)`` on a new cluster recovers them.
     """
 
+    _fields = ("status", "dirpath")
+
     def __init__(self, status: str, dirpath: str | None = None) -> None:
         what = (f"durable queues are safe on disk: open a new QueuePool on dirpath={dirpath!r} "
                 "in a new cluster to recover them" if dirpath is not None
@@ -164,14 +181,13 @@ class SchedulerLostError(DaskQueueError):
         self.status = status
         self.dirpath = dirpath
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (SchedulerLostError, (self.status, self.dirpath))
-
 
 class QueueHandedOffError(QueueMovedError):
     """Raised by a queue actor that handed its state to a successor on another worker (its
     worker is retiring): nothing of the call was done; the pool and the consumers repeat
     it at the successor, so users see it only if the move itself failed."""
+
+    durability = "unknown"
 
     def __init__(self, queue_index: int, address: str) -> None:
         DaskQueueError.__init__(
@@ -180,11 +196,6 @@ class QueueHandedOffError(QueueMovedError):
         )
         self.queue_index = queue_index
         self.address = address
-        self.durability = "unknown"
-        self.lost_messages = None
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (QueueHandedOffError, (self.queue_index, self.address))
 
 
 class NoConsumersError(DaskQueueError):
@@ -216,12 +227,23 @@ class LeaseExpiredError(DaskQueueError):
     another consumer, so this settlement is refused: the other delivery's outcome wins.
     """
 
+    _fields = ("lease_id",)
+
     def __init__(self, lease_id: int) -> None:
         super().__init__(f"lease {lease_id} is unknown or expired; its messages were redelivered")
         self.lease_id = lease_id
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (LeaseExpiredError, (self.lease_id,))
+
+class UnknownFunctionsError(DaskQueueError):
+    """A put named functions (by ``digests``) that the queue no longer holds and the put did
+    not carry: a queue evicts the functions no message of it uses. Raised before anything is
+    stored; the client sends the same put again (same token) with those functions attached."""
+
+    _fields = ("digests",)
+
+    def __init__(self, digests: list[bytes]) -> None:
+        super().__init__(f"the queue does not hold {len(digests)} function(s) the put names; send them")
+        self.digests = list(digests)
 
 
 # -- waiting --------------------------------------------------------------------------------------
@@ -230,14 +252,13 @@ class LeaseExpiredError(DaskQueueError):
 class JoinTimeoutError(DaskQueueError, TimeoutError):
     """``join`` gave up before every submitted message was settled; carries the counts."""
 
+    _fields = ("timeout_s", "counts")
+
     def __init__(self, timeout_s: float, counts: dict[str, int]) -> None:
         shown = ", ".join(f"{k}={v:,}" for k, v in counts.items())
         super().__init__(f"work not settled after {timeout_s:g} s: {shown}")
         self.timeout_s = timeout_s
         self.counts = dict(counts)
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (JoinTimeoutError, (self.timeout_s, self.counts))
 
 
 class QueueCallTimeoutError(DaskQueueError, TimeoutError):
@@ -246,6 +267,8 @@ class QueueCallTimeoutError(DaskQueueError, TimeoutError):
     unknown. ``join``, ``map`` and ``result`` report their own timeouts as
     :class:`JoinTimeoutError`; this is every other call's (``stats``, a consumer's fetch...)."""
 
+    _fields = ("queue_index", "method", "timeout_s", "address")
+
     def __init__(self, queue_index: int, method: str, timeout_s: float, address: str | None = None) -> None:
         where = f" at {address}" if address else ""
         super().__init__(f"queue {queue_index}{where} did not answer {method}() within {timeout_s:g} s")
@@ -253,9 +276,6 @@ class QueueCallTimeoutError(DaskQueueError, TimeoutError):
         self.method = method
         self.timeout_s = timeout_s
         self.address = address
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (QueueCallTimeoutError, (self.queue_index, self.method, self.timeout_s, self.address))
 
 
 # -- user code ------------------------------------------------------------------------------------
@@ -269,14 +289,7 @@ class RemoteTaskError(DaskQueueError):
     ``attempts`` (how many times the message was delivered and failed).
     """
 
-    def __init__(
-        self,
-        task_id: int,
-        exc_type: str,
-        exc_message: str,
-        remote_traceback: str,
-        attempts: int,
-    ) -> None:
+    def __init__(self, task_id: int, exc_type: str, exc_message: str, remote_traceback: str, attempts: int) -> None:
         super().__init__(task_id, exc_type, exc_message, remote_traceback, attempts)
         self.task_id = task_id
         self.exc_type = exc_type
@@ -292,10 +305,6 @@ class RemoteTaskError(DaskQueueError):
 
     def __repr__(self) -> str:
         return f"RemoteTaskError(task_id={self.task_id}, {self.exc_type}: {self.exc_message!r})"
-
-
-def _rebuild_too_large(size: int, limit: int, index: int | None) -> PayloadTooLargeError:
-    return PayloadTooLargeError(size, limit, index=index)
 
 
 # -- the durable store ----------------------------------------------------------------------------
@@ -317,17 +326,29 @@ class CorruptStoreError(StoreError):
     """A store file is not what its name says (wrong magic, damaged header)."""
 
 
+class CorruptPoolFileError(CorruptStoreError):
+    """A durable pool's ``daskqueue-pool.json`` cannot be read as a pool file (not JSON, or
+    fields of the wrong kind); ``path`` and ``reason`` say which and why. The queues' own
+    directories are untouched: repair or restore the file, then reopen the pool."""
+
+    _fields = ("path", "reason")
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 class FormatVersionError(StoreError):
     """A store file was written by a newer format version than this code reads."""
+
+    _fields = ("path", "version", "supported")
 
     def __init__(self, path: str, version: int, supported: int) -> None:
         super().__init__(f"{path}: format version {version} is newer than {supported}; upgrade daskqueue")
         self.path = path
         self.version = version
         self.supported = supported
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (FormatVersionError, (self.path, self.version, self.supported))
 
 
 class CorruptRecordError(StoreError):
@@ -337,15 +358,14 @@ class CorruptRecordError(StoreError):
     ``path``, ``offset`` and ``bytes_dropped`` say exactly what was lost.
     """
 
+    _fields = ("path", "offset", "reason", "bytes_dropped")
+
     def __init__(self, path: str, offset: int, reason: str, bytes_dropped: int) -> None:
         super().__init__(f"{path} at offset {offset}: {reason}; {bytes_dropped} bytes dropped")
         self.path = path
         self.offset = offset
         self.reason = reason
         self.bytes_dropped = bytes_dropped
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (CorruptRecordError, (self.path, self.offset, self.reason, self.bytes_dropped))
 
 
 class StoreFullError(StoreError):
@@ -363,6 +383,8 @@ class StoreIOError(StoreError):
     page cache, so a process that keeps running loses none of them.
     """
 
+    _fields = ("path", "operation", "errno", "detail")
+
     def __init__(self, path: str, operation: str, errno: int | None, detail: str) -> None:
         super().__init__(f"{path}: {operation} failed: {detail}")
         self.path = path
@@ -370,57 +392,7 @@ class StoreIOError(StoreError):
         self.errno = errno
         self.detail = detail
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (type(self), (self.path, self.operation, self.errno, self.detail))
-
 
 class StorePermissionError(StoreIOError):
     """The store's directory or one of its files may not be read or written (``EACCES``,
     ``EPERM``, ``EROFS``); nothing was modified by the refused operation."""
-
-
-# -- issue 20, edges (kept together for the merge; each belongs to the group its base names) -------
-
-
-class FieldTooLongError(ConfigurationError):
-    """A message's ``type`` or ``key`` is longer than a queue can store (durable queues keep
-    each in a 16-bit length, ``segment/FORMAT.md``): refused before anything was sent."""
-
-    def __init__(self, field: str, length: int, limit: int) -> None:
-        super().__init__(f"{field} is {length:,} bytes in UTF-8; at most {limit:,} are allowed")
-        self.field = field
-        self.length = length
-        self.limit = limit
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (FieldTooLongError, (self.field, self.length, self.limit))
-
-
-class CorruptPoolFileError(CorruptStoreError):
-    """A durable pool's ``daskqueue-pool.json`` cannot be read as a pool file (not JSON, or
-    fields of the wrong kind); ``path`` and ``reason`` say which and why. The queues' own
-    directories are untouched: repair or restore the file, then reopen the pool."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (CorruptPoolFileError, (self.path, self.reason))
-
-
-# -- issue 20, bounded function tables ---------------------------------------------------------------
-
-
-class UnknownFunctionsError(DaskQueueError):
-    """A put named functions (by ``digests``) that the queue no longer holds and the put did
-    not carry: a queue evicts the functions no message of it uses. Raised before anything is
-    stored; the client sends the same put again (same token) with those functions attached."""
-
-    def __init__(self, digests: list[bytes]) -> None:
-        super().__init__(f"the queue does not hold {len(digests)} function(s) the put names; send them")
-        self.digests = list(digests)
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (UnknownFunctionsError, (self.digests,))
