@@ -36,20 +36,30 @@ def client(request, cluster, _shared_client):
     A test on the shared cluster must not lose a worker; if one did anyway (a worker that
     died under load and was not restarted), the next test would see a smaller cluster and
     fail for a reason of someone else's. Restore the shape and name the test that broke it.
+    A worker replaced during a test (died, and its nanny started a new one under a new
+    address) is named too: the next test might have run in the gap.
     """
-    _restore_shared_workers(cluster, _shared_client, before=request.node.nodeid)
+    before = _restore_shared_workers(cluster, _shared_client, before=request.node.nodeid)
     yield _shared_client
-    _restore_shared_workers(cluster, _shared_client, after=request.node.nodeid)
+    after = _restore_shared_workers(cluster, _shared_client, after=request.node.nodeid)
+    replaced = before - after
+    if replaced:
+        warnings.warn(f"the shared cluster's workers {sorted(replaced)} were replaced during "
+                      f"{request.node.nodeid}", stacklevel=2)
 
 
 def _restore_shared_workers(cluster, client, *, before=None, after=None):
-    n = len(client.scheduler_info(n_workers=-1)["workers"])
-    if n == SHARED_WORKERS:
-        return
+    """Give the shared cluster its ``SHARED_WORKERS`` workers back if it lacks some (with a
+    warning); return their addresses."""
+    workers = set(client.scheduler_info(n_workers=-1)["workers"])
+    if len(workers) == SHARED_WORKERS:
+        return workers
     where = f"after {after}" if after else f"before {before}"
-    warnings.warn(f"the shared cluster had {n} workers, not {SHARED_WORKERS}, {where}: restored", stacklevel=2)
+    warnings.warn(f"the shared cluster had {len(workers)} workers, not {SHARED_WORKERS}, {where}: restored",
+                  stacklevel=2)
     cluster.scale(SHARED_WORKERS)
     client.wait_for_workers(SHARED_WORKERS, timeout=60)
+    return set(client.scheduler_info(n_workers=-1)["workers"])
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ def test_bench_runs_a_benchmark_of_the_checkout(tmp_path):
     out = tmp_path / "noop.json"
     done = subprocess.run(
         [sys.executable, "-m", "daskqueue.cli", "bench", "noop", "--tasks", "2000", "--baseline-tasks", "50",
-         "--warmup", "0", "--json", str(out)],
+         "--warmup", "0", "--isolation-runs", "1", "--workers", "1", "--json", str(out)],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr
