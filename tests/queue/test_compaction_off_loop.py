@@ -178,8 +178,11 @@ def test_on_a_cluster_a_compacting_queue_does_not_stall_its_neighbour(client, tm
 
     big = open_actor(0, compact_index_bytes=1 << 30)
     neighbour = open_actor(1)
-    for _ in range(20):
-        big.put_batch(many_chunks_blob(5000)).result()
+    # 40,000 chunks: a compaction of ~0.3 s, dozens of neighbour calls (puts on a worker cost
+    # more per chunk as its heap grows: more would only lengthen the test).
+    blob = many_chunks_blob(5000)
+    for _ in range(8):
+        big.put_batch(blob).result()
     client.run(lambda: (gc.collect(), gc.freeze()), workers=[worker])  # see frozen_heap
     try:
         started = time.perf_counter()
