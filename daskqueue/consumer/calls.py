@@ -4,6 +4,7 @@ A queue actor on the consumer's own worker is called directly, as a coroutine on
 event loop, instead of through Dask's actor RPC (which would serialize the call and send it
 through a socket to the process it is already in). A call to a queue on another worker is
 given up as soon as the pool reports that worker lost, and after its deadline otherwise.
+A stopping consumer has its queues end the long polls it has waiting there (``end_waits``).
 Event-loop only.
 """
 
