@@ -17,10 +17,48 @@ def cluster():
     with LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster:
+        _shared["cluster"] = cluster
         yield cluster
+        _shared.clear()
 
 
 SHARED_WORKERS = 2
+
+#: The session's shared cluster once a test made it (read by the watch below, which must not
+#: make it for tests that do not use it).
+_shared: dict = {}
+
+
+def _shared_addresses():
+    """The shared cluster's workers as its scheduler (in this process) sees them; None before
+    the cluster exists. Read without a call: the scheduler's loop thread may be changing them."""
+    cluster = _shared.get("cluster")
+    if cluster is None:
+        return None
+    for _ in range(10):
+        try:
+            return set(cluster.scheduler.workers)
+        except RuntimeError:  # changed size while copied: copy again
+            continue
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    item._shared_workers_before = _shared_addresses()  # after setup: the client guard restored them
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    """Any test, whichever fixtures it uses, that the shared cluster lost or replaced a worker
+    during (its run and teardown) is named: CI once saw a one-worker shared cluster and no
+    test said so."""
+    yield
+    before, after = getattr(item, "_shared_workers_before", None), _shared_addresses()
+    if before is not None and after is not None and before != after:
+        warnings.warn(f"the shared cluster's workers changed during {item.nodeid}: lost {sorted(before - after)}, "
+                      f"new {sorted(after - before)}", stacklevel=2)
 
 
 @pytest.fixture(scope="session")
