@@ -9,8 +9,9 @@ this module reads the worker and the batch system.
   is the process's start plus ``worker.lifetime`` (earlier than the truth: on the safe side).
 * SLURM (``SLURM_JOB_ID`` set): ``squeue -h -j ID -o %L``, the job's time left (slurm 22.05;
   independent of time zones, unlike ``%e``). The job is killed at its end, so the worker
-  retires itself ``SLURM_RETIRE_BEFORE_S`` before (:func:`retire_at`): a graceful retirement
-  hands its queues off. A ``--lifetime`` that ends sooner makes that unnecessary.
+  retires itself ``SLURM_RETIRE_BEFORE_S`` before (:func:`retire_at`; the environment variable
+  ``DASKQUEUE_SLURM_RETIRE_BEFORE_S`` of the job overrides it): a graceful retirement hands
+  its queues off. A ``--lifetime`` that ends sooner makes that unnecessary.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ from typing import Any, Callable
 from daskqueue import defaults
 from daskqueue.consumer.walltime import parse_slurm_time_left
 
-__all__ = ["Leaving", "lifetime_end", "slurm_end", "leaving_time", "retire_at"]
+__all__ = ["Leaving", "lifetime_end", "slurm_end", "slurm_retire_before_s", "leaving_time", "retire_at"]
 
 logger = logging.getLogger("daskqueue")
 
 #: The reason Dask gives the lifetime's ``close_gracefully`` (distributed/worker.py).
 LIFETIME_REASON = "worker-lifetime-reached"
 SQUEUE_TIMEOUT_S = 10.0
+RETIRE_BEFORE_ENV = "DASKQUEUE_SLURM_RETIRE_BEFORE_S"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +106,21 @@ async def leaving_time(worker: Any) -> Leaving | None:
         ends.append(Leaving(at, "lifetime"))
     job = await asyncio.to_thread(slurm_end)
     if job is not None:
-        ends.append(Leaving(job - defaults.SLURM_RETIRE_BEFORE_S, "slurm"))
+        ends.append(Leaving(job - slurm_retire_before_s(), "slurm"))
     return min(ends, key=lambda leaving: leaving.at, default=None)
+
+
+def slurm_retire_before_s(environ: dict[str, str] | None = None) -> float:
+    """How long before its SLURM job's end a worker retires: ``SLURM_RETIRE_BEFORE_S``, or
+    the job's ``DASKQUEUE_SLURM_RETIRE_BEFORE_S`` (seconds)."""
+    text = (os.environ if environ is None else environ).get(RETIRE_BEFORE_ENV)
+    if text:
+        try:
+            return max(0.0, float(text))
+        except ValueError:
+            logger.warning("%s=%r is not a number of seconds; using %g", RETIRE_BEFORE_ENV, text,
+                           defaults.SLURM_RETIRE_BEFORE_S)
+    return defaults.SLURM_RETIRE_BEFORE_S
 
 
 #: Workers whose SLURM retirement is arranged already (one per worker, however many consumers).
