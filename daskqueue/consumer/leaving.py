@@ -29,7 +29,7 @@ from typing import Any, Callable
 from daskqueue import defaults
 from daskqueue.consumer.walltime import parse_slurm_time_left
 
-__all__ = ["Leaving", "lifetime_end", "slurm_end", "slurm_retire_before_s", "leaving_time", "retire_at"]
+__all__ = ["Leaving", "lifetime_end", "lifetime_timer", "slurm_end", "slurm_retire_before_s", "leaving_time", "retire_at"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -54,10 +54,9 @@ def lifetime_end(worker: Any) -> float | None:
     lifetime = getattr(worker, "lifetime", None)
     if not lifetime:
         return None
-    loop = asyncio.get_running_loop()
-    for handle in list(getattr(loop, "_scheduled", ())):
-        if not handle.cancelled() and any(_is_lifetime_close(arg, worker) for arg in handle._args or ()):
-            return time.time() + (handle.when() - loop.time())
+    at = lifetime_timer(worker)
+    if at is not None:
+        return at
     try:
         import psutil
 
@@ -65,6 +64,18 @@ def lifetime_end(worker: Any) -> float | None:
     except Exception:  # no psutil, or no process table: then no end is known
         return None
     return started + float(lifetime)
+
+
+def lifetime_timer(worker: Any) -> float | None:
+    """The epoch time of the timer Dask set for ``worker``'s lifetime close, or None if it
+    is not found. It reads asyncio's list of timers (``loop._scheduled``, private, so only
+    this function relies on it; tornado wraps the callback in a ``functools.partial``)."""
+    loop = asyncio.get_running_loop()
+    for handle in list(getattr(loop, "_scheduled", ())):
+        args = getattr(handle, "_args", None) or ()
+        if not handle.cancelled() and any(_is_lifetime_close(arg, worker) for arg in args):
+            return time.time() + (handle.when() - loop.time())
+    return None
 
 
 def _is_lifetime_close(callback: Any, worker: Any) -> bool:
