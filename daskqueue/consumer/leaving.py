@@ -29,7 +29,8 @@ from typing import Any, Callable
 from daskqueue import defaults
 from daskqueue.consumer.walltime import parse_slurm_time_left
 
-__all__ = ["Leaving", "lifetime_end", "lifetime_timer", "slurm_end", "slurm_retire_before_s", "leaving_time", "retire_at"]
+__all__ = ["Leaving", "lifetime_end", "lifetime_timer", "slurm_end", "slurm_retire_before_s", "leaving_time",
+           "retire_at"]
 
 logger = logging.getLogger("daskqueue")
 
