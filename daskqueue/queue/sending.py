@@ -70,8 +70,8 @@ class Sender:
         """Send every encoded batch, round-robin from where the last call ended (or all to
         ``queue``, or batch ``i`` to ``queues[i]``), concurrently; return the ids of the
         ``n`` messages by input position (with ``claim``, route their results to it instead
-        and return nothing). Every
-        answer is collected before a failure is raised (see the module docstring)."""
+        and return nothing). Every answer is collected before a failure is raised (see the
+        module docstring)."""
         sends = []
         errors: list[tuple[int, BaseException, int]] = []
         if queues is None:

@@ -40,7 +40,11 @@ def test_jobs_reaching_their_walltime_retire_first_and_run_no_task_twice(slurm_c
 
     assert out == list(range(n))
     assert cp.failures() == {}
+    # The first jobs' workers left before their walltime, retiring themselves (not killed:
+    # the map outlives them, and SLURM would kill them only at 60 s).
     assert not first & set(client.scheduler_info()["workers"]), "the first jobs' workers did not leave"
+    retired = sum(f.read_text().count("Reason: daskqueue-slurm-walltime") for f in (tmp_path / "jobs").glob("*.err"))
+    assert retired >= 2
     starts = walltime_tasks.starts(log)
     assert sorted(starts) == list(range(n))
     assert all(c == 1 for c in starts.values()), {x: c for x, c in starts.items() if c > 1}
