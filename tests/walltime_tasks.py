@@ -45,3 +45,14 @@ def pids(path) -> dict[int, set[int]]:
             if what == "start":
                 out.setdefault(int(x), set()).add(int(pid))
     return out
+
+
+def last_end(path, in_pids) -> float | None:
+    """When the last task run in one of the processes ``in_pids`` ended (None: none did)."""
+    ends = []
+    with open(path) as f:
+        for line in f:
+            what, _, pid, at = line.split()
+            if what == "end" and int(pid) in in_pids:
+                ends.append(float(at))
+    return max(ends, default=None)

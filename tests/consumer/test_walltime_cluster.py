@@ -7,13 +7,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from daskqueue import ConsumerPool, QueuePool, defaults
+from daskqueue.consumer.leaving import lifetime_timer
 from tests import walltime_tasks
 from tests.helpers import wait_until
 
 TASK_S = 5.0
+MARGIN_S = 1.0  # the consumers keep defaults.WALLTIME_MARGIN_S (2 s); 1 s of it for slack
 LIFETIME = "18s"
 
 
@@ -44,6 +47,11 @@ def test_a_worker_reaching_its_lifetime_takes_no_task_it_cannot_finish(lifetime_
     qp = QueuePool(client, 2)  # transient: only a graceful hand-off keeps the leaving one's messages
     cp = ConsumerPool(client, qp)
     cp.start()
+    # The leaving worker's processes (its nanny, the worker, a consumer's child process), and
+    # when Dask will close it for its lifetime.
+    leaving_pids = {proc.pid} | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+    ends_at = client.run(_lifetime_timer, workers=[leaving])[leaving]
+    assert ends_at is not None
     log = tmp_path / "runs.log"
     # Without the walltime, the leaving worker is always in the middle of a 5 s task when its
     # lifetime ends; with it, it runs its last one to its end well before (one task of
@@ -59,6 +67,13 @@ def test_a_worker_reaching_its_lifetime_takes_no_task_it_cannot_finish(lifetime_
     assert sorted(starts) == list(range(n))
     assert all(c == 1 for c in starts.values()), {x: c for x, c in starts.items() if c > 1}
     assert all(s.total_worker_lost == 0 and s.total_expired == 0 for s in qp.stats())
-    assert len({p for ps in walltime_tasks.pids(log).values() for p in ps}) >= 2  # both worked
+    # The leaving worker ran tasks, and its last one ended before its lifetime did (without the
+    # walltime guard, one ran across it: cut off, or finished during the retirement).
+    last = walltime_tasks.last_end(log, leaving_pids)
+    assert last is not None and last <= ends_at - MARGIN_S, (last, ends_at)
     cp.close()
     qp.close()
+
+
+async def _lifetime_timer(dask_worker):
+    return lifetime_timer(dask_worker)
