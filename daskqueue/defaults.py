@@ -154,3 +154,15 @@ QUEUE_IDLE_FUNCTIONS: int = 256
 #: How many functions a consumer keeps (pickled and unpickled, each), and its child process
 #: too: the newest used.
 CONSUMER_FUNCTION_CACHE_ENTRIES: int = 512
+
+#: Walltime-aware consumers (``daskqueue/consumer/walltime.py``): a consumer on a worker that
+#: will leave (``--lifetime``, a SLURM job's end) takes only work whose estimate ends
+#: ``WALLTIME_MARGIN_S`` before then. An item's estimate: the ``WALLTIME_QUANTILE`` of the
+#: last ``WALLTIME_DURATION_WINDOW`` per-item times of its type, times ``WALLTIME_SAFETY``.
+WALLTIME_MARGIN_S: float = 2.0
+WALLTIME_QUANTILE: float = 0.95
+WALLTIME_DURATION_WINDOW: int = 50
+WALLTIME_SAFETY: float = 1.5
+#: Under SLURM, a worker whose job ends before its ``--lifetime`` (or that has none) retires
+#: itself this long before the job's end, so that its queues are handed off before the kill.
+SLURM_RETIRE_BEFORE_S: float = 60.0

@@ -99,12 +99,17 @@ class FetchPolicy:
         self._down_until.pop(slot, None)
         self._moves[slot] = self._moves.get(slot, 0) + 1
 
-    async def fetch(self) -> Batch | None:
+    async def fetch(self, limit: int | None = None) -> Batch | None:
         """One fetch for the general slots: the hinted queues, then a long poll of home
         (which answers with a batch, or at once with where work is elsewhere). With the
-        home queue failing, the others are asked in turn."""
+        home queue failing, the others are asked in turn. ``limit``: at most that many
+        messages, whatever the sizer says (the walltime's limit)."""
         n = self._sizer.size
         sizes = self._sizer.sizes_by_type()
+        if limit is not None:
+            n = max(1, min(n, limit))
+            if sizes is not None:
+                sizes = {t: min(size, n) for t, size in sizes.items()}
         if len(self._calls.queues) > 1 and not self.is_down(self.home):
             return await self._fetch_hinted(n, sizes, None)
         # Right after a long poll of the home queue timed out, asking it again is wasted.

@@ -6,6 +6,11 @@ fetch loop, a semaphore and threads of their own. A batch runs on the consumer's
 pool (or in its child process, see ``daskqueue.consumer.isolate``) and is settled when it
 ends; a batch whose item ignores its time limit is left to its thread. The fetch loops are
 on the event loop and never run user code.
+
+Walltime: on a worker that will leave (``--lifetime``, a SLURM job's end; see
+``daskqueue.consumer.leaving``), the fetch loops take only what the
+:class:`~daskqueue.consumer.walltime.WalltimeGuard` says still ends in time, and a fetched
+batch that no longer does when it is about to start is given back unrun.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from daskqueue.consumer.batch import Batch, Outcome, dump_results
 from daskqueue.consumer.counters import Counters
 from daskqueue.consumer.fetching import FetchPolicy
 from daskqueue.consumer.isolate import time_limit_error
+from daskqueue.consumer.leaving import leaving_time, retire_at
 from daskqueue.consumer.limits import watchdog
 from daskqueue.consumer.settling import Settler
 from daskqueue.consumer.sizer import BatchSizer
+from daskqueue.consumer.walltime import DurationEstimates, WalltimeGuard
 from daskqueue.queue.handles import ORPHAN_CHECK_S
 
 __all__ = ["RunSlots", "SlotConfig"]
@@ -34,6 +41,9 @@ __all__ = ["RunSlots", "SlotConfig"]
 logger = logging.getLogger("daskqueue")
 
 RunOnThread = Callable[[Batch], "tuple[Outcome, float]"]
+
+#: How long a fetch loop waits before asking again when the walltime lets it take nothing.
+WALLTIME_WAIT_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +89,12 @@ class RunSlots:
         self._executor: ThreadPoolExecutor | None = None
         self._reserved_executor: ThreadPoolExecutor | None = None
         self._batch_threads: dict[int, int] = {}  # lease id -> the thread running it
+        # One per run thread (see _run_and_settle).
+        self._threads = asyncio.Semaphore(config.max_concurrency)
+        self._threads_reserved = asyncio.Semaphore(max(1, config.reserved_slots))
+        self.durations = DurationEstimates()  # measured always: a guard may come later
+        self.walltime: WalltimeGuard | None = None  # set once the worker's end is known
+        self.given_back = 0  # batches given back unrun because they would end too late
 
     def held(self) -> list[tuple[int, int]]:
         """The ``(slot, lease_id)`` of every batch fetched and not settled yet."""
@@ -94,7 +110,7 @@ class RunSlots:
             # never take a reserved one.
             self._reserved_executor = self._new_executor(reserved=True)
         loop = asyncio.get_running_loop()
-        self.loop_task = loop.create_task(self._fetch_loop())
+        self.loop_task = loop.create_task(self._fetch_loop(look_up_leaving=True))
         if self.config.reserved_slots:
             self._reserved_task = loop.create_task(self._fetch_loop(reserved=True))
         if not self.config.early_ack:
@@ -135,14 +151,16 @@ class RunSlots:
                 executor.shutdown(wait=False)
         self._executor = self._reserved_executor = None
 
-    async def _fetch_loop(self, reserved: bool = False) -> None:
+    async def _fetch_loop(self, reserved: bool = False, look_up_leaving: bool = False) -> None:
         """Fetch and start batches while there is a free slot: the general slots (and the
         prefetch), or with ``reserved`` the reserved slots (urgent work, one message per
-        batch). The general loop also closes an orphaned consumer."""
+        batch), as much as the walltime allows. The general loop also closes an orphaned
+        consumer, and first looks up when the worker leaves (``look_up_leaving``)."""
         c = self.config
         slots = asyncio.Semaphore(c.reserved_slots if reserved else c.max_concurrency + c.prefetch_batches)
-        fetch = self._fetcher.fetch_urgent if reserved else self._fetcher.fetch
         loop = asyncio.get_running_loop()
+        if look_up_leaving:
+            await self._look_up_leaving()
         checked_at = time.monotonic()
         while not self.stop_requested:
             if not reserved and time.monotonic() - checked_at > ORPHAN_CHECK_S:
@@ -151,8 +169,13 @@ class RunSlots:
                     self._close_orphan()
                     return
             await slots.acquire()
+            limit = self._fetch_limit(reserved)
+            if limit == 0:
+                slots.release()
+                await asyncio.sleep(WALLTIME_WAIT_S)
+                continue
             try:
-                batch = None if self.stop_requested else await fetch()
+                batch = None if self.stop_requested else await self._fetch(reserved, limit)
             except Exception:
                 slots.release()
                 logger.exception("consumer %d: fetching failed; retrying in %g s", self.index, defaults.FETCH_RETRY_S)
@@ -166,18 +189,76 @@ class RunSlots:
             self._finishing.add(task)
             task.add_done_callback(self._finishing.discard)
 
+    async def _fetch(self, reserved: bool, limit: int | None) -> Batch | None:
+        if reserved:
+            return await self._fetcher.fetch_urgent()
+        return await self._fetcher.fetch(limit=limit)
+
+    async def _look_up_leaving(self) -> None:
+        """Find when this worker leaves (never fails the loop: no guard then); under SLURM,
+        have the worker retire before its job is killed."""
+        try:
+            from distributed import get_worker
+
+            worker = get_worker()
+        except (ImportError, ValueError):  # not on a worker (a consumer run in a test, off Dask)
+            return
+        try:
+            leaving = await leaving_time(worker)
+        except Exception:
+            logger.exception("consumer %d: cannot tell when worker %s leaves", self.index, worker.address)
+            return
+        if leaving is None:
+            return
+        self.walltime = WalltimeGuard(leaving.at, self.durations)
+        if leaving.source == "slurm":
+            retire_at(worker, leaving.at)
+        logger.info("consumer %d: its worker leaves in %.1f s (%s); it takes only work that ends before",
+                    self.index, leaving.at - time.time(), leaving.source)
+
+    def _fetch_limit(self, reserved: bool) -> int | None:
+        """How many messages the next fetch may take: None (no end known), else the
+        walltime guard's say (0: none now)."""
+        if self.walltime is None:
+            return None
+        wanted = 1 if reserved else self._sizer.size
+        threads = self.config.reserved_slots if reserved else self.config.max_concurrency
+        busy = self._counters.busy_slots  # both kinds of slot: close enough near the end
+        return self.walltime.items_to_fetch(time.time(), wanted, thread_free=busy < threads)
+
+    def _too_late(self, batch: Batch) -> bool:
+        """Whether ``batch``, starting now, would end after the worker leaves."""
+        if self.walltime is None:
+            return False
+        counts: dict[str | None, int] = {}
+        for seg in batch.segments:
+            counts[seg.type] = counts.get(seg.type, 0) + seg.count
+        return not self.walltime.fits(time.time(), counts)
+
     async def _run_and_settle(self, batch: Batch, slots: asyncio.Semaphore) -> None:
         try:
-            if self.config.early_ack:
-                await self._settler.settle(batch, Outcome(batch.count, {}, set(), []), early=True)
-            self._counters.busy_slots += 1
-            try:
-                outcome, run_s = await self._run(batch)
-            finally:
-                self._counters.busy_slots -= 1
-            self._counters.observe(outcome.done, run_s)
-            if not batch.reserved:
-                self._sizer.observe(outcome.done, run_s, (s.type for s in batch.segments))
+            # A batch fetched ahead waits here for a run thread, not in the thread pool: when
+            # it gets one, it is known when it starts, and whether it still ends in time.
+            async with self._threads_reserved if batch.reserved else self._threads:
+                if self._too_late(batch):
+                    # Before any early ack: unrun, it goes back to the front of its queue with
+                    # no attempt counted, for a consumer that has the time.
+                    self.given_back += 1
+                    logger.info("consumer %d: lease %d (%d items) would end after the worker leaves; "
+                                "giving it back unrun", self.index, batch.lease_id, batch.count)
+                    await self._settler.give_back(batch.queue_slot, batch.lease_id)
+                    return
+                if self.config.early_ack:
+                    await self._settler.settle(batch, Outcome(batch.count, {}, set(), []), early=True)
+                self._counters.busy_slots += 1
+                try:
+                    outcome, run_s = await self._run(batch)
+                finally:
+                    self._counters.busy_slots -= 1
+                self._counters.observe(outcome.done, run_s)
+                self.durations.observe(outcome.done, run_s, (s.type for s in batch.segments))
+                if not batch.reserved:
+                    self._sizer.observe(outcome.done, run_s, (s.type for s in batch.segments))
             if self.config.early_ack:
                 await self._settler.record(batch, outcome)
             else:

@@ -17,6 +17,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 from daskqueue.errors import InvalidTaskError, PayloadTooLargeError, SerializationError
 from daskqueue.messages import Kind
+from daskqueue.queue.router import even_ranges
 from daskqueue.serialize import Group, PickledFunction, pack_payloads, pickle_function
 from daskqueue.validate import check_label
 
@@ -79,9 +80,14 @@ def chunk_size(n: int, *, n_queues: int, put_batch_size: int) -> int:
     return max(1, min(put_batch_size, -(-n // n_queues)))
 
 
-def encode_chunks(n: int, size: int, encode_chunk: Callable[[range], PutBatch]) -> list[PutBatch]:
+def encode_chunks(n: int, size: int, encode_chunk: Callable[[range], PutBatch], *,
+                  batches: int | None = None) -> list[PutBatch]:
     """The chunk loop: ``encode_chunk(positions)`` for consecutive ranges of at most ``size``
-    of the positions ``0 .. n``, in order."""
+    of the positions ``0 .. n``, in order; with ``batches``, that many ranges instead, of
+    sizes that differ by at most one (the router's plan, so that each queue gets as many
+    messages as the others)."""
+    if batches is not None:
+        return [encode_chunk(r) for r in even_ranges(n, batches)]
     return [encode_chunk(range(lo, min(lo + size, n))) for lo in range(0, n, size)]
 
 
@@ -95,6 +101,7 @@ def encode_payloads(
     size: int,
     limit: int,
     what: str,
+    batches: int | None = None,
 ) -> list[PutBatch]:
     """Batches of messages that all share ``kind`` and ``function`` (one group per chunk).
 
@@ -111,14 +118,15 @@ def encode_payloads(
         offsets, data = pack(payloads, positions, limit=limit, what=what)
         return PutBatch([options.group(kind, digest, len(positions), offsets, data)], funcs, [positions])
 
-    return encode_chunks(len(sources), size, encode_chunk)
+    return encode_chunks(len(sources), size, encode_chunk, batches=batches)
 
 
 def _arguments(chunk: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
     return [t[1:] for t in chunk]
 
 
-def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: int) -> list[PutBatch] | None:
+def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: int,
+                   batches: int | None = None) -> list[PutBatch] | None:
     """The fast path of ``batch_submit``: tasks ``(func, *args)`` that all call one function.
 
     Returns ``None`` when the tasks are anything else; the general path (:func:`encode_calls`
@@ -134,7 +142,7 @@ def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: i
     if not callable(func) or not all(isinstance(t, (tuple, list)) for t in tasks[:1]):
         return None
     return encode_payloads(tasks, _arguments, kind=Kind.CALL, function=pickle_function(func),
-                           options=options, size=size, limit=limit, what="arguments")
+                           options=options, size=size, limit=limit, what="arguments", batches=batches)
 
 
 def calls_from_tasks(tasks: Sequence[Any]) -> list[Call]:
@@ -148,7 +156,8 @@ def calls_from_tasks(tasks: Sequence[Any]) -> list[Call]:
     return calls
 
 
-def encode_calls(calls: list[Call], options: PutOptions, *, size: int, limit: int) -> list[PutBatch]:
+def encode_calls(calls: list[Call], options: PutOptions, *, size: int, limit: int,
+                 batches: int | None = None) -> list[PutBatch]:
     """Batches of arbitrary calls: each chunk is grouped by kind and function, and each
     distinct function is pickled once per submission."""
     functions: dict[Any, PickledFunction] = {}
@@ -156,6 +165,7 @@ def encode_calls(calls: list[Call], options: PutOptions, *, size: int, limit: in
     return encode_chunks(
         len(calls), size,
         lambda positions: _encode_call_chunk(calls, positions, functions, options, limit, single),
+        batches=batches,
     )
 
 

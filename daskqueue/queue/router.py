@@ -4,17 +4,18 @@ Pure: no Dask, no clock, no I/O. A :class:`Router` knows the queues new messages
 *targets*: every queue of the pool but those removed or being drained), the round-robin
 position, the key ring (``key=`` / ``keys=``: each key to one queue) and, in a fair or capped
 pool, the type ring (every message of a type to one queue, so that its caps hold pool-wide).
-The functions below split keyed puts into waves and put groups into runs of ids.
+The functions below split a call's messages into put batches spread evenly over the queues,
+keyed puts into waves, and put groups into runs of ids.
 """
 
 from __future__ import annotations
 
-import itertools
+import threading
 from typing import Sequence, TypeVar
 
 from daskqueue.queue.ring import HashRing
 
-__all__ = ["Router", "waves", "consecutive_runs"]
+__all__ = ["Router", "batch_count", "even_ranges", "waves", "consecutive_runs"]
 
 T = TypeVar("T")
 
@@ -23,7 +24,10 @@ class Router:
     """The routing of a pool of queues ``nodes``; ``typed`` pools route by message type."""
 
     def __init__(self, nodes: Sequence[int], *, typed: bool) -> None:
-        self._rr = itertools.count()
+        self._rr = 0  # the next round-robin position
+        # assign() takes a run of round-robin positions at once: calls from several threads
+        # (the *_async forms) must not interleave theirs, or neither would be spread evenly.
+        self._rr_lock = threading.Lock()
         self.typed = typed
         self.route_to(nodes)
 
@@ -46,15 +50,54 @@ class Router:
 
     def next_target(self) -> int:
         """The next queue in round-robin order."""
-        return self.targets[next(self._rr) % len(self.targets)]
+        return self.assign(1, None)[0]
 
     def pick(self, fixed: int | None) -> int:
         """``fixed`` if a submission is routed to one queue, else the next in turn."""
         return self.next_target() if fixed is None else fixed
 
+    def assign(self, count: int, fixed: int | None) -> list[int]:
+        """The queue of each of a call's ``count`` batches: all ``fixed``, or the next
+        ``count`` queues in round-robin order, taken at once (so consecutive, whatever other
+        threads send meanwhile). With a batch count from :func:`batch_count` and sizes from
+        :func:`even_ranges`, every queue gets the same number of messages, give or take one."""
+        if fixed is not None:
+            return [fixed] * count
+        targets = self.targets
+        with self._rr_lock:
+            start = self._rr
+            # Whole rounds would start every call at the same queue, which would get the
+            # larger batches each time (even_ranges): the next call starts one further.
+            self._rr += count + (count % len(targets) == 0)
+        return [targets[(start + i) % len(targets)] for i in range(count)]
+
     def spread(self, fixed: int | None) -> int:
         """Over how many queues a submission routed to ``fixed`` (or round-robin) goes."""
         return len(self.targets) if fixed is None else 1
+
+
+def batch_count(n: int, *, spread: int, put_batch_size: int) -> int:
+    """How many put batches a call of ``n`` messages over ``spread`` queues takes: whole
+    rounds of one batch per queue (as few as keep each batch within ``put_batch_size``), so
+    that round-robin gives every queue the same number of batches; ``n`` when there are
+    fewer messages than queues (one each), and at least one."""
+    if n <= spread:
+        return max(1, n)
+    rounds = -(-n // (spread * put_batch_size))
+    return spread * rounds
+
+
+def even_ranges(n: int, count: int) -> list[range]:
+    """Positions ``0 .. n`` cut into ``count`` consecutive ranges whose sizes differ by at
+    most one (the larger first); empty ranges are left out."""
+    size, extra = divmod(n, max(1, count))
+    out, lo = [], 0
+    for i in range(count):
+        hi = lo + size + (1 if i < extra else 0)
+        if hi > lo:
+            out.append(range(lo, hi))
+        lo = hi
+    return out
 
 
 def waves(keyed: list[tuple[int, T]]) -> list[list[tuple[int, T]]]:

@@ -67,14 +67,16 @@ class Sender:
 
     def send(self, batches: list[PutBatch], *, n: int = 0, claim: MapClaim | None = None,
              queue: int | None = None, queues: list[int] | None = None, into: list[int] | None = None) -> list[int]:
-        """Send every encoded batch, round-robin (or all to ``queue``, or batch ``i`` to
-        ``queues[i]``), concurrently; return the ids of the ``n`` messages by input position
-        (with ``claim``, route their results to it instead and return nothing). Every
-        answer is collected before a failure is raised (see the module docstring)."""
+        """Send every encoded batch, round-robin from where the last call ended (or all to
+        ``queue``, or batch ``i`` to ``queues[i]``), concurrently; return the ids of the
+        ``n`` messages by input position (with ``claim``, route their results to it instead
+        and return nothing). Every answer is collected before a failure is raised (see the
+        module docstring)."""
         sends = []
         errors: list[tuple[int, BaseException, int]] = []
-        for i, batch in enumerate(batches):
-            q = queues[i] if queues is not None else self.router.pick(queue)
+        if queues is None:
+            queues = self.router.assign(len(batches), queue)
+        for q, batch in zip(queues, batches):
             try:
                 sends.append((q, batch) + self._put(q, batch))
             except Exception as e:  # not sent: its messages are not stored

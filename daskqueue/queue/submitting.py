@@ -27,7 +27,7 @@ from daskqueue.queue.encode import (
     encode_uniform,
 )
 from daskqueue.queue.options import Eta, put_options
-from daskqueue.queue.router import waves
+from daskqueue.queue.router import batch_count, waves
 from daskqueue.queue.sending import check_keys
 from daskqueue.results import MapClaim
 from daskqueue.serialize import pickle_function
@@ -225,11 +225,14 @@ class Submitting:
         return self.router.route(options.type, options.key)
 
     def _encoding(self, n: int, options: PutOptions) -> dict[str, int]:
-        """The chunk size and message size limit of a submission of ``n`` messages (the
-        encoders' ``size`` and ``limit``)."""
+        """The chunking and message size limit of a submission of ``n`` messages (the
+        encoders' ``size``, ``batches`` and ``limit``): whole rounds of one batch per queue,
+        of sizes that differ by at most one, so that round-robin spreads the call evenly."""
         spread = self.router.spread(self._route(options))
+        put_batch_size = self.config.put_batch_size
         return {
-            "size": chunk_size(n, n_queues=spread, put_batch_size=self.config.put_batch_size),
+            "size": chunk_size(n, n_queues=spread, put_batch_size=put_batch_size),
+            "batches": batch_count(n, spread=spread, put_batch_size=put_batch_size),
             "limit": self.config.message_limit(options.type, options.key),
         }
 

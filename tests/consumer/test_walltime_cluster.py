@@ -1,0 +1,79 @@
+"""Walltime-aware consumers on a real cluster: a worker started with ``--lifetime`` (as
+dask-jobqueue starts them) stops taking work it cannot finish before it leaves, its queue is
+handed off when it retires, and no task runs twice or is lost."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from daskqueue import ConsumerPool, QueuePool, defaults
+from daskqueue.consumer.leaving import lifetime_timer
+from tests import walltime_tasks
+from tests.helpers import wait_until
+
+TASK_S = 5.0
+MARGIN_S = 1.0  # the consumers keep defaults.WALLTIME_MARGIN_S (2 s); 1 s of it for slack
+LIFETIME = "18s"
+
+
+@pytest.fixture
+def lifetime_worker(cluster_factory):
+    """A cluster of one plain worker, plus one ``dask worker --lifetime 18s`` process."""
+    cluster, client = cluster_factory(1)
+    proc = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
+                             "--nthreads", "1", "--lifetime", LIFETIME, "--no-dashboard", "--name", "leaving"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client.wait_for_workers(2, timeout=60)
+        yield cluster, client, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_reaching_its_lifetime_takes_no_task_it_cannot_finish(lifetime_worker, tmp_path, monkeypatch):
+    # Consumers on a retiring worker are let go after this: a task still running then is cut
+    # off and runs again elsewhere (as one longer than the default 12 s would be, or any at a
+    # SLURM job's hard end). So nothing may be running when the worker's lifetime ends.
+    monkeypatch.setattr(defaults, "RETIRE_STOP_TIMEOUT_S", 0.5)
+    cluster, client, proc = lifetime_worker
+    leaving = next(a for a, w in client.scheduler_info()["workers"].items() if w["name"] == "leaving")
+    qp = QueuePool(client, 2)  # transient: only a graceful hand-off keeps the leaving one's messages
+    cp = ConsumerPool(client, qp)
+    cp.start()
+    # The leaving worker's processes (its nanny, the worker, a consumer's child process), and
+    # when Dask will close it for its lifetime.
+    leaving_pids = {proc.pid} | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+    ends_at = client.run(_lifetime_timer, workers=[leaving])[leaving]
+    assert ends_at is not None
+    log = tmp_path / "runs.log"
+    # Without the walltime, the leaving worker is always in the middle of a 5 s task when its
+    # lifetime ends; with it, it runs its last one to its end well before (one task of
+    # unknown length first, then those its estimate, 7.5 s, says end 2 s before it leaves).
+    n = 10
+    out = qp.map(walltime_tasks.logged_run, [(i, TASK_S, str(log)) for i in range(n)], timeout_s=150)
+
+    assert out == list(range(n))
+    assert cp.failures() == {}
+    wait_until(lambda: proc.poll() is not None, timeout_s=30)  # it left, as its lifetime said
+    assert leaving not in client.scheduler_info()["workers"]
+    starts = walltime_tasks.starts(log)
+    assert sorted(starts) == list(range(n))
+    assert all(c == 1 for c in starts.values()), {x: c for x, c in starts.items() if c > 1}
+    assert all(s.total_worker_lost == 0 and s.total_expired == 0 for s in qp.stats())
+    # The leaving worker ran tasks, and its last one ended before its lifetime did (without the
+    # walltime guard, one ran across it: cut off, or finished during the retirement).
+    last = walltime_tasks.last_end(log, leaving_pids)
+    assert last is not None and last <= ends_at - MARGIN_S, (last, ends_at)
+    cp.close()
+    qp.close()
+
+
+async def _lifetime_timer(dask_worker):
+    return lifetime_timer(dask_worker)
