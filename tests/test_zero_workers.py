@@ -44,12 +44,15 @@ def test_pools_made_with_no_worker_ask_adapt_for_one_and_run_a_map(cluster_facto
     cluster.adapt(minimum=0, maximum=2, **ADAPT)
     kwargs = {"durability": "durable", "dirpath": tmp_path / "pool"} if durability == "durable" else {}
     qp = QueuePool(client, 2, **kwargs)  # no worker yet: it returns at once
-    cp = ConsumerPool(client, qp)
+    # One consumer per worker, or (durable here) a fixed pool placed once workers join.
+    cp = ConsumerPool(client, qp, n_consumers=2 if durability == "durable" else None)
     cp.start()
     assert qp.map(tasks.double, range(50), timeout_s=60) == [2 * i for i in range(50)]
     assert n_workers(client) >= 1
     assert not qp.table.resting
     assert cp.failures() == {}
+    if durability == "durable":
+        wait_until(lambda: cp.n_consumers == 2, timeout_s=30, interval_s=0.1)
     cp.close()
     qp.close()
 

@@ -181,7 +181,7 @@ class Members:
         missing = (self.target or 0) - len(self.members)
         for _ in range(max(0, missing)):
             worker = self._least_busy_worker(set(membership.placeable()))
-            if worker is None:
+            if worker is None or self.closed:
                 return
             self.add(worker, strict=False)
 

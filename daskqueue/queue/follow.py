@@ -25,61 +25,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from daskqueue import defaults, registry
 from daskqueue.errors import QueueLostError
 from daskqueue.queue.actors import Unplaced
+from daskqueue.queue.demand import Demand
 from daskqueue.queue.handles import DirectActor, call_all, direct_handles, free_actor, queue_ref
 from daskqueue.queue.handoff import handoff_pending
-from daskqueue.scheduler_plugin import DEMAND_TOPIC
+from daskqueue.queue.successors import Start, Submitted, confirm_hand_off
 
 __all__ = ["Follower", "confirm_hand_off"]
 
 logger = logging.getLogger("daskqueue")
-
-
-def confirm_hand_off(old: Any, method: str) -> bool:
-    """Tell a queue that handed off its state ``handoff_done`` or ``handoff_abort`` (best
-    effort, bounded); whether it took effect. A queue without two-phase hand-off (an older
-    actor) counts as confirmed: its hand-off was final already."""
-    try:
-        # False: too late (a queue that serves again already cannot be made final, and the
-        # reverse); None: an actor whose methods answer nothing.
-        return getattr(old, method)().result(timeout=defaults.CONTROL_CALL_TIMEOUT_S) is not False
-    except AttributeError:
-        return True
-    except Exception as e:
-        logger.warning("queue at %s: %s failed: %s: %s", old._address, method, type(e).__name__, e)
-        return False
-
-
-@dataclass
-class _Submitted:
-    """A successor actor submitted, and the scattered hand-off state it starts from."""
-
-    future: Any
-    scattered: Any = None
-
-    def done_with_state(self) -> None:
-        """The actor started (or failed): the scattered state is not needed any more."""
-        if self.scattered is not None:
-            self.scattered.release()
-            self.scattered = None
-
-
-@dataclass
-class _Start:
-    """A successor still starting after the membership thread stopped waiting for it."""
-
-    submitted: _Submitted
-    since: float
-    state: bytes | None  # the parked state it was started with (kept if it fails)
-
-    @property
-    def future(self) -> Any:
-        return self.submitted.future
 
 
 class Follower:
@@ -92,10 +50,10 @@ class Follower:
         self.direct = direct  # whether successors of a queue with no actor yet get direct handles
         # Handed-off state waiting for a worker to join (None: a queue that never had an actor).
         self.parked: dict[int, bytes | None] = {}
-        self.wanted: set[int] = set()  # resting queues the scheduler was asked a worker for
+        self.demand = Demand(pool)  # resting queues the scheduler was asked a worker for
         self.awaiting_worker: set[int] = set()  # durable queues to reopen when a worker joins
         self.slots: dict[str, int] = {}  # consumer pool id -> its running slots (typed pools)
-        self._starting: dict[int, _Start] = {}
+        self._starting: dict[int, Start] = {}
         self._hand_off_again: set[int] = set()  # hand-offs that failed: tried on the next event
         self._lock = threading.RLock()
         table = self.table
@@ -144,33 +102,8 @@ class Follower:
             self.reopen(q)
 
     def want(self, queues: Any) -> None:
-        """Ask the scheduler for a worker for resting ``queues`` (once each, until placed)."""
-        new = sorted(set(queues) & self.table.resting - self.wanted)
-        if new:
-            self.wanted.update(new)
-            for q in new:
-                self._tell_demand(q, True)
-            logger.info("%r asks for a worker for its queues %s", self.pool, new)
-
-    def unwant(self, q: int | None) -> None:
-        """Queue ``q`` (None: every queue) needs no worker any more."""
-        if q is None:
-            if self.wanted:
-                self._tell_demand(None, False)
-            self.wanted.clear()
-        elif q in self.wanted:
-            self.wanted.discard(q)
-            self._tell_demand(q, False)
-
-    def _tell_demand(self, q: int | None, want: bool) -> None:
-        client = self.pool.client
-        msg = {"pool": self.pool.name, "queue": q, "client": client.id, "want": want}
-        try:
-            client.sync(client.scheduler.log_event, topic=DEMAND_TOPIC, msg=msg,
-                        callback_timeout=defaults.CONTROL_CALL_TIMEOUT_S)
-        except Exception as e:  # the scheduler may be gone; a call waiting for it says so
-            logger.warning("%r could not tell the scheduler its demand for a worker: %s: %s", self.pool,
-                           type(e).__name__, e)
+        """Ask the scheduler for a worker for those of ``queues`` that rest (see :class:`Demand`)."""
+        self.demand.want(set(queues) & self.table.resting)
 
     def close_queues(self) -> list[str]:
         """Close every queue that has an actor (within ``STOP_TIMEOUT_S``), release every
@@ -190,7 +123,7 @@ class Follower:
             self._starting.clear()
             self.parked.clear()
             self.awaiting_worker.clear()
-            self.unwant(None)
+            self.demand.withdraw(None)
             return failed
 
     def on_membership(self, joined: set[str], left: set[str], retiring: set[str]) -> None:
@@ -353,7 +286,7 @@ class Follower:
             self._await_start(q, submitted, self.parked.pop(q))
 
     def _submit_successor(self, q: int, handoff: bytes | None = None, *,
-                          timeout_s: float = defaults.CONTROL_CALL_TIMEOUT_S) -> _Submitted:
+                          timeout_s: float = defaults.CONTROL_CALL_TIMEOUT_S) -> Submitted:
         """Submit a new actor for queue ``q`` on a worker that may hold one, with the
         ``handoff`` of its previous actor if it has one (sent to the worker within
         ``timeout_s``)."""
@@ -367,21 +300,21 @@ class Follower:
             state = client.scatter(handoff, workers=free[:1], timeout=timeout_s)
         future = client.submit(queue_class, *args, **kwargs, handoff=state, actor=True, pure=False,
                                workers=free, allow_other_workers=False)
-        return _Submitted(future, state)
+        return Submitted(future, state)
 
-    def _await_start(self, q: int, submitted: _Submitted, state: bytes | None) -> None:
+    def _await_start(self, q: int, submitted: Submitted, state: bytes | None) -> None:
         """Wait up to ``SUCCESSOR_WAIT_S`` for a successor of queue ``q``; a slower one is
         finished later (:meth:`finish_started`)."""
         try:
             submitted.future.result(timeout=defaults.SUCCESSOR_WAIT_S)
         except TimeoutError:
-            self._starting[q] = _Start(submitted, time.monotonic(), state)
+            self._starting[q] = Start(submitted, time.monotonic(), state)
             logger.warning("queue %d of %r: its successor is still starting; it is installed when ready", q,
                            self.pool)
             return
         except BaseException:
             pass  # failed: handled as a finished start
-        self._finish(q, _Start(submitted, time.monotonic(), state))
+        self._finish(q, Start(submitted, time.monotonic(), state))
 
     def finish_started(self, *, blocking: bool = True) -> None:
         """Install the successors that started since the membership thread stopped waiting
@@ -397,7 +330,7 @@ class Follower:
         finally:
             self._lock.release()
 
-    def _finish(self, q: int, start: _Start) -> None:
+    def _finish(self, q: int, start: Start) -> None:
         start.submitted.done_with_state()
         try:
             if not start.future.done():
@@ -432,7 +365,7 @@ class Follower:
         old_future, old_handle = self.table.replace(q, handle, future)
         if old_future is not None and not resting:  # a resting queue's old actor was freed already
             free_actor(old_future, old_handle)
-        self.unwant(q)
+        self.demand.withdraw(q)
         for cp in self.pool.consumer_pools():
             cp.on_queue_moved(q, handle)
         self.share_peers()
