@@ -6,12 +6,16 @@ The scheduler plugin (:mod:`daskqueue.scheduler_plugin`) keeps every demand it i
 disconnects, and makes the adaptive target at least one worker meanwhile. Each queue asks
 once until it is placed: a call that waits for it does not ask again.
 
-Thread safety: used under its follower's lock, or from one thread at a time.
+Thread safety: a call waiting for a queue asks (on the user's thread) while the membership
+reaction may place that queue and withdraw: each asks or withdraws under a lock of its own,
+and an ask checks under it that the queue still rests (``resting``), so that a demand never
+outlives its queue's placement (it would keep the cluster from going back to zero).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Iterable
 
 from daskqueue import defaults
@@ -23,30 +27,37 @@ logger = logging.getLogger("daskqueue")
 
 
 class Demand:
-    """The queues of pool ``pool`` (its ``client`` and ``name``) that asked for a worker."""
+    """The queues of pool ``pool`` (its ``client`` and ``name``) that asked for a worker;
+    ``resting`` is the set of the pool's queues that have no actor now (read under the lock)."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, resting: set[int]) -> None:
         self.pool = pool
+        self.resting = resting
         self.wanted: set[int] = set()
+        self._lock = threading.Lock()
 
     def want(self, queues: Iterable[int]) -> None:
-        """Ask for a worker for ``queues`` (those that have not asked yet)."""
-        new = sorted(set(queues) - self.wanted)
-        if new:
+        """Ask for a worker for those of ``queues`` that rest and have not asked yet. The
+        caller takes a queue out of ``resting`` before it withdraws its demand."""
+        with self._lock:
+            new = sorted((set(queues) & self.resting) - self.wanted)
+            if not new:
+                return
             self.wanted.update(new)
             for q in new:
                 self._tell(q, True)
-            logger.info("%r asks for a worker for its queues %s", self.pool, new)
+        logger.info("%r asks for a worker for its queues %s", self.pool, new)
 
     def withdraw(self, q: int | None) -> None:
         """Queue ``q`` (None: every queue) needs no worker any more."""
-        if q is None:
-            if self.wanted:
-                self._tell(None, False)
-            self.wanted.clear()
-        elif q in self.wanted:
-            self.wanted.discard(q)
-            self._tell(q, False)
+        with self._lock:
+            if q is None:
+                if self.wanted:
+                    self._tell(None, False)
+                self.wanted.clear()
+            elif q in self.wanted:
+                self.wanted.discard(q)
+                self._tell(q, False)
 
     def _tell(self, q: int | None, want: bool) -> None:
         client = self.pool.client

@@ -50,7 +50,7 @@ class Follower:
         self.direct = direct  # whether successors of a queue with no actor yet get direct handles
         # Handed-off state waiting for a worker to join (None: a queue that never had an actor).
         self.parked: dict[int, bytes | None] = {}
-        self.demand = Demand(pool)  # resting queues the scheduler was asked a worker for
+        self.demand = Demand(pool, self.table.resting)  # resting queues that asked for a worker
         self.awaiting_worker: set[int] = set()  # durable queues to reopen when a worker joins
         self.slots: dict[str, int] = {}  # consumer pool id -> its running slots (typed pools)
         self._starting: dict[int, Start] = {}
@@ -103,7 +103,7 @@ class Follower:
 
     def want(self, queues: Any) -> None:
         """Ask the scheduler for a worker for those of ``queues`` that rest (see :class:`Demand`)."""
-        self.demand.want(set(queues) & self.table.resting)
+        self.demand.want(queues)
 
     def close_queues(self) -> list[str]:
         """Close every queue that has an actor (within ``STOP_TIMEOUT_S``), release every
@@ -183,7 +183,7 @@ class Follower:
             submitted = self._submit_successor(q)
         except BaseException as e:
             logger.error("queue %d could not be reopened (%s); it stays lost", q, e)
-            self.table.give_up(q)
+            self._give_up(q)
             return
         self._await_start(q, submitted, None)
 
@@ -343,10 +343,15 @@ class Follower:
                 logger.warning("queue %d: its successor failed (%s); it waits for another worker", q, e)
             else:
                 logger.error("queue %d could not be reopened (%s); it stays lost", q, e)
-                self.table.give_up(q)
+                self._give_up(q)
             return
         self.install(q, self._handle_of(q, handle), start.future)
         logger.warning("queue %d of %r started on %s", q, self.pool, handle._address)
+
+    def _give_up(self, q: int) -> None:
+        """Queue ``q`` is lost for good (and wants no worker)."""
+        self.table.give_up(q)
+        self.demand.withdraw(q)
 
     def _handle_of(self, q: int, handle: Any) -> Any:
         old = self.table.handles[q]
@@ -358,7 +363,7 @@ class Follower:
         worker may then retire), and point every consumer there."""
         if self.pool.closed:  # closed meanwhile: the new actor must not keep the directory locked
             self._discard(q, handle, future)
-            self.table.give_up(q)
+            self._give_up(q)
             return
         resting = q in self.table.resting
         self.table.resting.discard(q)
