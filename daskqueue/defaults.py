@@ -72,6 +72,10 @@ QUEUE_START_TIMEOUT_S: float = 600.0
 #: before it raises ``QueueMovedError`` (the reopen goes on; a later call finds the queue).
 MOVE_WAIT_S: float = 25.0
 CONTROL_CALL_TIMEOUT_S: float = 10.0
+#: How long a call to a queue of a pool at rest (no worker yet, or adapt let the last one go)
+#: waits for a worker to join, having asked ``adapt`` for one, before it raises
+#: ``NoWorkerError`` (a batch system may take minutes to start a job).
+WORKER_WAIT_S: float = 120.0
 #: How long a queue that handed its state over (``hand_off``) waits for the client to confirm
 #: (``handoff_done``) or call it off (``handoff_abort``) before it serves again on its own:
 #: a client that gave up on a slow hand-off must not leave a queue that refuses every call.

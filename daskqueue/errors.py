@@ -28,7 +28,7 @@ __all__ = [
     "FieldTooLongError",
     # the queue's state
     "QueueClosedError", "QueueLostError", "QueueMovedError", "QueueHandedOffError",
-    "SchedulerLostError", "NoConsumersError", "KilledWorkerError", "QueueEmpty",
+    "SchedulerLostError", "NoConsumersError", "NoWorkerError", "KilledWorkerError", "QueueEmpty",
     "TimeLimitExceeded", "LeaseExpiredError", "UnknownFunctionsError",
     # waiting
     "JoinTimeoutError", "QueueCallTimeoutError",
@@ -196,6 +196,24 @@ class QueueHandedOffError(QueueMovedError):
         )
         self.queue_index = queue_index
         self.address = address
+
+
+class NoWorkerError(DaskQueueError, TimeoutError):
+    """A call needed a queue of a pool at rest (no worker yet, or adapt let the last one
+    go) and no worker joined within ``waited_s``: the pool asked the cluster's ``adapt``
+    for one, and none came (the cluster is not adaptive, its maximum is 0, or the batch
+    system has not started the job yet). Nothing of the call was done."""
+
+    _fields = ("queue_index", "waited_s")
+
+    def __init__(self, queue_index: int, waited_s: float) -> None:
+        super().__init__(
+            f"queue {queue_index} waits for a worker to start on, and none joined within {waited_s:g} s: "
+            "let the cluster grow (cluster.adapt(minimum=0, maximum=N)) or start workers "
+            "(cluster.scale(N)); on a batch system, check that its jobs start (squeue)"
+        )
+        self.queue_index = queue_index
+        self.waited_s = waited_s
 
 
 class NoConsumersError(DaskQueueError):

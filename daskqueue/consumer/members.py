@@ -2,12 +2,18 @@
 cluster (membership thread): a default pool keeps one consumer on every worker as workers
 join and leave; a pool of a fixed size re-places a consumer lost with its worker at once, on
 the least busy surviving worker. The user's thread only reads a snapshot, under ``lock``.
+
+A pool may have no consumer for a while: made before any worker joined, or after ``adapt``
+retired the last one (its consumers settled and went). The consumers start on the workers
+that join: one per worker, or a fixed pool's ``target`` number. A consumer starts once the
+queue pool's queues are placed there (bounded), so that its first calls find them.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +59,7 @@ class Members:
         self.started = False
         self.closed = False
         self.replaced = 0  # consumers re-placed after their worker left or retired
+        self.target: int | None = None  # a fixed pool's size (None: one per worker)
 
     def live(self) -> list[_Member]:
         """The consumers not known to be lost (Dask's view; membership may be a moment behind)."""
@@ -64,6 +71,16 @@ class Members:
         return the failures, as text (a lost consumer must not stop the others)."""
         targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in self.live()]
         return call_all(targets, method, timeout_s=defaults.STOP_TIMEOUT_S)
+
+    def close_all(self) -> list[str]:
+        """Close every live consumer (as :meth:`call_all`), then release every consumer
+        actor's future: the pool's actors then hold no worker (``adapt`` may retire it)."""
+        failed = self.call_all("close")
+        with self.lock:
+            members = list(self.members)
+        for m in members:
+            free_actor(m.future, m.handle)
+        return failed
 
     def spawn(self, worker: str, *, strict: bool) -> tuple[int, Any]:
         """Submit a consumer actor for ``worker`` (only there if ``strict``); its index and future."""
@@ -99,6 +116,7 @@ class Members:
 
     def add(self, worker: str, *, strict: bool) -> None:
         """Start one more consumer for ``worker`` (started if the pool is); log a failure."""
+        self._await_queues()
         index, future = self.spawn(worker, strict=strict)
         try:
             member = self.await_member(index, future)
@@ -115,6 +133,14 @@ class Members:
             self.members.append(member)
         if self.closed:  # closed while it started: close it too
             call_all([(f"consumer {index}", member.handle)], "close", timeout_s=defaults.STOP_TIMEOUT_S)
+
+    def _await_queues(self) -> None:
+        """Wait (at most ``CONTROL_CALL_TIMEOUT_S``) while queues of the queue pool have no
+        actor: a worker joined, and they are starting on it (a consumer made now would be
+        told their places only once they are)."""
+        deadline = time.monotonic() + defaults.CONTROL_CALL_TIMEOUT_S
+        while self.queue_pool.table.resting and not self.queue_pool.closed and time.monotonic() < deadline:
+            time.sleep(defaults.POLL_INTERVAL_S)
 
     def _least_busy_worker(self, workers: set[str]) -> str | None:
         with self.lock:
@@ -147,6 +173,17 @@ class Members:
                 if worker is not None:
                     self.add(worker, strict=False)
                     self.replaced += 1
+            self._top_up(membership)
+
+    def _top_up(self, membership: Any) -> None:
+        """A fixed pool that has fewer consumers than its ``target`` (none could be placed
+        when it was made, or when its last worker retired) places the rest now."""
+        missing = (self.target or 0) - len(self.members)
+        for _ in range(max(0, missing)):
+            worker = self._least_busy_worker(set(membership.placeable()))
+            if worker is None or self.closed:
+                return
+            self.add(worker, strict=False)
 
     def let_go(self, retiring: set[str]) -> list[_Member]:
         """Consumers on retiring workers: stop (running items finish, fetched ones go back to

@@ -29,6 +29,7 @@ from daskqueue.errors import (
 from daskqueue.membership import forget, membership
 from daskqueue.compat import deprecated
 from daskqueue.opening import OpensOnAwait
+from daskqueue.queue.actors import NO_WORKERS_HINT, can_grow
 from daskqueue.queue.pool import QueuePool, _not_in_client_loop
 from daskqueue.validate import check_choice, check_number
 
@@ -144,8 +145,11 @@ class ConsumerPool(OpensOnAwait):
     def _start_members(self, n_consumers: int | None) -> list[Any]:
         """Start the consumers: ``n_consumers`` spread over the workers, or one on each."""
         workers = self._membership.placeable()
-        if not workers:
-            raise ConfigurationError("the client's cluster has no workers")
+        self.members.target = n_consumers
+        if not workers:  # they start on the workers that join (Members.on_membership)
+            if not can_grow(self.client):
+                raise ConfigurationError(NO_WORKERS_HINT)
+            return []
         count = len(workers) if n_consumers is None else n_consumers
         futures = [self.members.spawn(workers[i % len(workers)], strict=self.per_worker) for i in range(count)]
         try:
@@ -304,7 +308,7 @@ class ConsumerPool(OpensOnAwait):
         lost = self._membership.scheduler_lost()
         if lost is None:
             registry.unregister_consumers(self)
-            failed = self.members.call_all("close")
+            failed = self.members.close_all()  # and releases their futures
             if failed:
                 logger.warning("closing consumers failed: %s", failed)
         else:  # no call can reach them: they close themselves once released (orphan check)

@@ -1,4 +1,5 @@
-"""Starting a pool's queue actors: their classes, arguments and placement."""
+"""Starting a pool's queue actors: their classes, arguments and placement; whether a cluster
+with no worker may get one, and the handles of queues that have no actor yet."""
 
 from __future__ import annotations
 
@@ -13,7 +14,44 @@ from daskqueue.queue.directory import prepare_pool_dir, queue_dir
 from daskqueue.queue.durable import DurableQueue
 from daskqueue.queue.transient import TransientQueue
 
-__all__ = ["start_actors", "actor_args", "queue_kwargs"]
+__all__ = ["start_actors", "actor_args", "queue_kwargs", "Unplaced", "can_grow", "NO_WORKERS_HINT"]
+
+#: What a pool made on a cluster with no worker, and no way to get one, says to do.
+NO_WORKERS_HINT = ("the client's cluster has no workers and none will join: start some first "
+                   "(cluster.scale(n), client.wait_for_workers(n)), or let it grow on demand "
+                   "(cluster.adapt(minimum=0, maximum=n)), then make the pool")
+
+
+class Unplaced:
+    """The handle of a queue that has had no actor yet (its pool was made before any worker
+    joined): its table marks it resting, so no call reaches this; it names the queue's
+    class, and an address that is no worker's."""
+
+    _address = ""
+
+    def __init__(self, cls: type, index: int) -> None:
+        self._cls = cls
+        self.key = f"unplaced-{cls.__name__}-{index}"
+
+    def __repr__(self) -> str:
+        return f"<Unplaced {self._cls.__name__} queue>"
+
+
+def can_grow(client: Client) -> bool:
+    """Whether ``client``'s cluster, with no worker now, may get one: a cluster this client
+    only knows by its scheduler's address (its deployment may add workers), one that adapts
+    (with a maximum above 0), or one with workers asked for that have not joined yet."""
+    cluster = getattr(client, "cluster", None)
+    if cluster is None:
+        return True
+    adaptive = getattr(cluster, "_adaptive", None)  # Dask's Cluster.adapt() keeps it there
+    if adaptive is not None and getattr(adaptive, "state", "running") in ("starting", "running") \
+            and (getattr(adaptive, "maximum", 1) or 0) > 0:
+        return True
+    try:
+        return bool(cluster.plan)
+    except Exception:  # a cluster class without a plan: it may grow
+        return True
 
 
 def queue_kwargs(config: PoolConfig, pool_name: str) -> dict[str, Any]:

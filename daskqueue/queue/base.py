@@ -304,6 +304,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
             self._announce(s)
             if s.n_released:
                 self._work_changed()
+            self._report_if_emptied()
         return s.n_acked, s.n_retried, s.n_dead, s.n_released
 
     def _announce(self, s: Settlement) -> None:

@@ -7,6 +7,13 @@ queues are lost (a durable one is reopened elsewhere), every other queue takes b
 leases of the consumers that were there. No worker can take a queue now: a durable one
 waits for one to join, a handed-off state is parked in the client.
 
+A queue with no actor is *resting* (``table.resting``): a pool made before any worker joined,
+or one whose last worker ``adapt`` retired while it was idle (its queues' states parked here:
+a durable queue's is its directory and its live leases, nothing else). A call that needs a
+resting queue wakes it (:meth:`Follower.wake`): the pool asks the scheduler for a worker
+(:data:`~daskqueue.scheduler_plugin.DEMAND_TOPIC`) and the queue starts on the next one that
+joins. A state parked with work in it asks at once; an idle one only when called.
+
 Every wait here is bounded (``defaults.SUCCESSOR_WAIT_S``, ``CONTROL_CALL_TIMEOUT_S``): one
 membership thread serves every pool of a client, so a slow reaction must not hold the
 others. A successor that starts slower is finished on a later membership event, or by a
@@ -18,73 +25,106 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from daskqueue import defaults, registry
 from daskqueue.errors import QueueLostError
+from daskqueue.queue.actors import Unplaced
+from daskqueue.queue.demand import Demand
 from daskqueue.queue.handles import DirectActor, call_all, direct_handles, free_actor, queue_ref
+from daskqueue.queue.handoff import handoff_pending
+from daskqueue.queue.successors import Start, Submitted, confirm_hand_off
 
 __all__ = ["Follower", "confirm_hand_off"]
 
 logger = logging.getLogger("daskqueue")
 
 
-def confirm_hand_off(old: Any, method: str) -> bool:
-    """Tell a queue that handed off its state ``handoff_done`` or ``handoff_abort`` (best
-    effort, bounded); whether it took effect. A queue without two-phase hand-off (an older
-    actor) counts as confirmed: its hand-off was final already."""
-    try:
-        # False: too late (a queue that serves again already cannot be made final, and the
-        # reverse); None: an actor whose methods answer nothing.
-        return getattr(old, method)().result(timeout=defaults.CONTROL_CALL_TIMEOUT_S) is not False
-    except AttributeError:
-        return True
-    except Exception as e:
-        logger.warning("queue at %s: %s failed: %s: %s", old._address, method, type(e).__name__, e)
-        return False
-
-
-@dataclass
-class _Submitted:
-    """A successor actor submitted, and the scattered hand-off state it starts from."""
-
-    future: Any
-    scattered: Any = None
-
-    def done_with_state(self) -> None:
-        """The actor started (or failed): the scattered state is not needed any more."""
-        if self.scattered is not None:
-            self.scattered.release()
-            self.scattered = None
-
-
-@dataclass
-class _Start:
-    """A successor still starting after the membership thread stopped waiting for it."""
-
-    submitted: _Submitted
-    since: float
-    state: bytes | None  # the parked state it was started with (kept if it fails)
-
-    @property
-    def future(self) -> Any:
-        return self.submitted.future
-
-
 class Follower:
     """The membership reactions of queue pool ``pool`` (its ``table``, ``client``,
     ``membership``, ``actor_spec(q)``, ``consumer_pools()`` and ``closed``)."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, *, direct: bool = False) -> None:
         self.pool = pool
         self.table = pool.table
-        self.parked: dict[int, bytes] = {}  # handed-off state waiting for a worker to join
+        self.direct = direct  # whether successors of a queue with no actor yet get direct handles
+        # Handed-off state waiting for a worker to join (None: a queue that never had an actor).
+        self.parked: dict[int, bytes | None] = {}
+        self.demand = Demand(pool, self.table.resting)  # resting queues that asked for a worker
         self.awaiting_worker: set[int] = set()  # durable queues to reopen when a worker joins
         self.slots: dict[str, int] = {}  # consumer pool id -> its running slots (typed pools)
-        self._starting: dict[int, _Start] = {}
+        self._starting: dict[int, Start] = {}
         self._hand_off_again: set[int] = set()  # hand-offs that failed: tried on the next event
         self._lock = threading.RLock()
+        table = self.table
+        table.wake = self.wake
+        table.while_moving = lambda: self.finish_started(blocking=False)
+
+    # -- resting: queues with no actor ------------------------------------------------------------
+
+    def rest_new(self) -> None:
+        """The pool was made before any worker joined: every queue rests until one does, and
+        the scheduler is asked for one now (making a pool is asking for work)."""
+        with self._lock:
+            for q in self.table.indices():
+                self._rest(q, None)
+            self.want(self.table.indices())
+
+    def _rest(self, q: int, state: bytes | None) -> None:
+        """Queue ``q`` has no actor now: it starts on the next worker that joins, from
+        ``state`` (or, with none, afresh; a durable queue from its directory)."""
+        table = self.table
+        if q not in table.moving:
+            table.begin_move(q)
+        table.resting.add(q)
+        if state is None and self.pool.durability == "durable":
+            self.awaiting_worker.add(q)
+        else:
+            self.parked[q] = state
+
+    def wake(self, q: int) -> None:
+        """A call needs resting queue ``q``: ask for a worker, and start the resting queues
+        at once if one can take them (the call then waits for that, up to ``WORKER_WAIT_S``)."""
+        self.want([q])
+        if self._lock.acquire(blocking=False):  # else a reaction is at it already
+            try:
+                self._start_resting()
+            finally:
+                self._lock.release()
+
+    def _start_resting(self) -> None:
+        if self.parked:
+            self._unpark()
+        for q in sorted(self.awaiting_worker):
+            if q in self._starting or not self.placeable_for(q):
+                continue
+            self.awaiting_worker.discard(q)
+            self.reopen(q)
+
+    def want(self, queues: Any) -> None:
+        """Ask the scheduler for a worker for those of ``queues`` that rest (see :class:`Demand`)."""
+        self.demand.want(queues)
+
+    def close_queues(self) -> list[str]:
+        """Close every queue that has an actor (within ``STOP_TIMEOUT_S``), release every
+        actor future the pool holds (so that its workers may retire), drop the parked
+        states and the demand for a worker. Returns the failures, as text."""
+        with self._lock:
+            table = self.table
+            gone = set(table.lost) | table.removed | table.resting
+            live = [(f"queue {i}", h) for i, h in enumerate(table.handles) if i not in gone]
+            failed = call_all(live, "close", timeout_s=defaults.STOP_TIMEOUT_S)
+            for q, future in enumerate(table.futures):
+                if future is not None and q not in table.resting:
+                    free_actor(future, table.handles[q])
+            for start in self._starting.values():
+                start.submitted.done_with_state()
+                start.future.release()
+            self._starting.clear()
+            self.parked.clear()
+            self.awaiting_worker.clear()
+            self.demand.withdraw(None)
+            return failed
 
     def on_membership(self, joined: set[str], left: set[str], retiring: set[str]) -> None:
         """See the module docstring; consumers on retiring workers settle first, with their
@@ -102,19 +142,15 @@ class Follower:
                 if (handle._address in retiring or (q in again and handle._address in still)) \
                         and q not in table.lost and q not in table.moving and q not in table.removed:
                     self.hand_off(q)
-            if joined and self.parked:
-                self._unpark()
-            if joined and self.awaiting_worker:
-                for q in sorted(self.awaiting_worker):
-                    self.awaiting_worker.discard(q)
-                    self.reopen(q)
+            if joined and (self.parked or self.awaiting_worker):
+                self._start_resting()
             if left:
                 self._lost_workers(left)
 
     def _lost_workers(self, left: set[str]) -> None:
         table, reopen = self.table, []
         for q, handle in enumerate(table.handles):
-            if handle._address not in left or q in table.lost or q in self.parked or q in table.removed \
+            if handle._address not in left or q in table.lost or q in table.resting or q in table.removed \
                     or q in self._starting:
                 continue
             if self.pool.durability == "durable":
@@ -139,14 +175,15 @@ class Follower:
         handle to it. With no worker to take it now, it waits for the next worker to join;
         calls to it wait meanwhile."""
         if not self.placeable_for(q):
-            self.awaiting_worker.add(q)
+            self._rest(q, None)
+            self.want([q])  # it was lost, not let go idle: it may hold work
             logger.warning("queue %d of %r: no worker can take it now; reopening it when one joins", q, self.pool)
             return
         try:
             submitted = self._submit_successor(q)
         except BaseException as e:
             logger.error("queue %d could not be reopened (%s); it stays lost", q, e)
-            self.table.give_up(q)
+            self._give_up(q)
             return
         self._await_start(q, submitted, None)
 
@@ -214,18 +251,24 @@ class Follower:
         """Workers a new actor of queue ``q`` may go to, those without a queue first."""
         table = self.table
         busy = {h._address for i, h in enumerate(table.handles)
-                if i != q and i not in self.parked and i not in table.removed}
+                if i != q and i not in table.resting and i not in table.removed}
         workers = [w for w in self.pool.membership.placeable() if w != table.handles[q]._address]
         return [w for w in workers if w not in busy] or workers
 
     def _park(self, q: int, state: bytes) -> None:
         """No other worker can take queue ``q`` now (every worker is retiring): keep its
         handed-off state here, free the old actor so its worker may retire, and start the
-        successor on the next worker that joins. Calls to the queue wait meanwhile."""
-        self.parked[q] = state
+        successor on the next worker that joins. Calls to the queue wait meanwhile (and wake
+        it); a state with work in it asks the scheduler for a worker at once."""
+        self._rest(q, state)
         free_actor(self.table.futures[q], self.table.handles[q])
-        logger.warning("queue %d of %r: no worker can take it now; its state waits in the client "
-                       "for the next worker to join", q, self.pool)
+        pending = handoff_pending(state)
+        if pending:
+            self.want([q])
+        # An idle pool at rest is the normal end of an adaptive cluster's work: no warning.
+        logger.log(logging.WARNING if pending else logging.INFO,
+                   "queue %d of %r: no worker can take it now; its state (%d messages unsettled) waits "
+                   "in the client for the next worker to join", q, self.pool, pending)
 
     def _unpark(self) -> None:
         """Workers joined: start the parked queues there."""
@@ -243,7 +286,7 @@ class Follower:
             self._await_start(q, submitted, self.parked.pop(q))
 
     def _submit_successor(self, q: int, handoff: bytes | None = None, *,
-                          timeout_s: float = defaults.CONTROL_CALL_TIMEOUT_S) -> _Submitted:
+                          timeout_s: float = defaults.CONTROL_CALL_TIMEOUT_S) -> Submitted:
         """Submit a new actor for queue ``q`` on a worker that may hold one, with the
         ``handoff`` of its previous actor if it has one (sent to the worker within
         ``timeout_s``)."""
@@ -257,21 +300,21 @@ class Follower:
             state = client.scatter(handoff, workers=free[:1], timeout=timeout_s)
         future = client.submit(queue_class, *args, **kwargs, handoff=state, actor=True, pure=False,
                                workers=free, allow_other_workers=False)
-        return _Submitted(future, state)
+        return Submitted(future, state)
 
-    def _await_start(self, q: int, submitted: _Submitted, state: bytes | None) -> None:
+    def _await_start(self, q: int, submitted: Submitted, state: bytes | None) -> None:
         """Wait up to ``SUCCESSOR_WAIT_S`` for a successor of queue ``q``; a slower one is
         finished later (:meth:`finish_started`)."""
         try:
             submitted.future.result(timeout=defaults.SUCCESSOR_WAIT_S)
         except TimeoutError:
-            self._starting[q] = _Start(submitted, time.monotonic(), state)
+            self._starting[q] = Start(submitted, time.monotonic(), state)
             logger.warning("queue %d of %r: its successor is still starting; it is installed when ready", q,
                            self.pool)
             return
         except BaseException:
             pass  # failed: handled as a finished start
-        self._finish(q, _Start(submitted, time.monotonic(), state))
+        self._finish(q, Start(submitted, time.monotonic(), state))
 
     def finish_started(self, *, blocking: bool = True) -> None:
         """Install the successors that started since the membership thread stopped waiting
@@ -287,7 +330,7 @@ class Follower:
         finally:
             self._lock.release()
 
-    def _finish(self, q: int, start: _Start) -> None:
+    def _finish(self, q: int, start: Start) -> None:
         start.submitted.done_with_state()
         try:
             if not start.future.done():
@@ -295,28 +338,39 @@ class Follower:
             handle = start.future.result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)  # done: at once
         except BaseException as e:
             start.future.release()
-            if start.state is not None:
-                self.parked[q] = start.state  # waits for another worker
+            if start.state is not None or q in self.table.resting:
+                self._rest(q, start.state)  # waits for another worker
                 logger.warning("queue %d: its successor failed (%s); it waits for another worker", q, e)
             else:
                 logger.error("queue %d could not be reopened (%s); it stays lost", q, e)
-                self.table.give_up(q)
+                self._give_up(q)
             return
         self.install(q, self._handle_of(q, handle), start.future)
         logger.warning("queue %d of %r started on %s", q, self.pool, handle._address)
 
+    def _give_up(self, q: int) -> None:
+        """Queue ``q`` is lost for good (and wants no worker)."""
+        self.table.give_up(q)
+        self.demand.withdraw(q)
+
     def _handle_of(self, q: int, handle: Any) -> Any:
-        return direct_handles([handle], direct=isinstance(self.table.handles[q], DirectActor))[0]
+        old = self.table.handles[q]
+        direct = self.direct if isinstance(old, Unplaced) else isinstance(old, DirectActor)
+        return direct_handles([handle], direct=direct)[0]
 
     def install(self, q: int, handle: Any, future: Any) -> None:
         """Queue ``q`` lives at ``handle`` from now on: route there, free the old actor (its
         worker may then retire), and point every consumer there."""
         if self.pool.closed:  # closed meanwhile: the new actor must not keep the directory locked
             self._discard(q, handle, future)
-            self.table.give_up(q)
+            self._give_up(q)
             return
+        resting = q in self.table.resting
+        self.table.resting.discard(q)
         old_future, old_handle = self.table.replace(q, handle, future)
-        free_actor(old_future, old_handle)
+        if old_future is not None and not resting:  # a resting queue's old actor was freed already
+            free_actor(old_future, old_handle)
+        self.demand.withdraw(q)
         for cp in self.pool.consumer_pools():
             cp.on_queue_moved(q, handle)
         self.share_peers()
@@ -330,7 +384,8 @@ class Follower:
         queue moved (its successor starts knowing nothing). Every queue gets it, a pool's
         only one too: the call starts its housekeeping."""
         table = self.table
-        refs = [None if i in table.removed else queue_ref(h) for i, h in enumerate(table.handles)]
+        # A resting queue has no actor to announce to: it hears of the others when it starts.
+        refs = [None if i in table.removed or i in table.resting else queue_ref(h) for i, h in enumerate(table.handles)]
         live = [(f"queue {i}", h) for i, h in table.in_service()]
         failed = call_all(live, "set_peers", refs, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
         for owner, slots in list(self.slots.items()):

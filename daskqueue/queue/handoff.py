@@ -39,7 +39,19 @@ from daskqueue.serialize import PROTOCOL
 if TYPE_CHECKING:
     from daskqueue.queue.core import QueueCore
 
-__all__ = ["HandoffMixin"]
+__all__ = ["HandoffMixin", "handoff_pending"]
+
+#: The key of a hand-off state that says how many messages it holds unsettled.
+PENDING_KEY = "pending"
+
+
+def handoff_pending(state: bytes) -> int:
+    """How many messages (ready, delayed or leased) a ``hand_off`` state holds unsettled; a
+    state of an actor that does not say counts as 1 (it may hold work)."""
+    try:
+        return int(pickle.loads(state).get(PENDING_KEY, 1))
+    except Exception:  # a state this client cannot read still goes to the successor as it is
+        return 1
 
 logger = logging.getLogger("daskqueue")
 
@@ -74,7 +86,11 @@ class HandoffMixin:
         self._handed_off, self._handoff_final, self._handoff_aborted = True, False, False
         await self._stop_serving()
         self._close_storage()
-        state = pickle.dumps(self._export_handoff(self._now()), PROTOCOL)
+        exported = self._export_handoff(self._now())
+        # Whether the state needs a worker soon (the client reads it when no worker can take
+        # it now: it asks adapt for one only then); an importer ignores it.
+        exported[PENDING_KEY] = self._core.stats().pending
+        state = pickle.dumps(exported, PROTOCOL)
         if self._handoff_aborted:
             await self._serve_again("the hand-off was called off while it ran")
         elif not self._handoff_final:

@@ -40,10 +40,10 @@ from daskqueue.errors import ConfigurationError, QueueClosedError
 from daskqueue.outcomes import Outcomes
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig
-from daskqueue.queue.actors import actor_args, queue_kwargs, start_actors
+from daskqueue.queue.actors import NO_WORKERS_HINT, Unplaced, actor_args, can_grow, queue_kwargs, start_actors
 from daskqueue.queue.directory import removed_queues
 from daskqueue.queue.follow import Follower
-from daskqueue.queue.handles import call_all, direct_handles, queue_ref
+from daskqueue.queue.handles import direct_handles, queue_ref
 from daskqueue.queue.options import MAX_TIME_LIMIT_S, Eta, eta_epoch_s
 from daskqueue.queue.policy import Scheduler
 from daskqueue.queue.resize import add_queues, remove_queue, take_out
@@ -177,27 +177,32 @@ class QueuePool(Submitting, Taking, OpensOnAwait):
         """Start the queue actors (queue ``i`` on worker ``i mod n_workers``, only there when
         there are at least as many workers as queues) and the parts that work on them."""
         workers = self.membership.placeable()
-        if not workers:
-            raise ConfigurationError("the client's cluster has no workers")
+        if not workers and not can_grow(self.client):
+            raise ConfigurationError(NO_WORKERS_HINT)
         n = self.config.n_queues
         queue_class, queue_args = self.actor_args()
-        handles, futures = start_actors(self.client, queue_class, queue_args, self.queue_kwargs(),
-                                        [workers[i % len(workers)] for i in range(n)], spread=len(workers) >= n)
         if direct_to_workers is None:
             direct_to_workers = self.client.direct_to_workers
+        if workers:
+            handles, futures = start_actors(self.client, queue_class, queue_args, self.queue_kwargs(),
+                                            [workers[i % len(workers)] for i in range(n)], spread=len(workers) >= n)
+            handles = direct_handles(handles, direct=direct_to_workers)
+        else:  # the queues start on the first worker that joins (see Follower.rest_new)
+            handles, futures = [Unplaced(queue_class, i) for i in range(n)], [None] * n
         self.collector = ResultCollector(n, self._call, self._answer)
-        self.table = QueueTable(self.durability, direct_handles(handles, direct=direct_to_workers), futures,
+        self.table = QueueTable(self.durability, handles, futures,
                                 scheduler_lost=self.membership.scheduler_lost,
                                 settled=lambda q: self.collector.settled[q], dirpath=self.dirpath)
         self.router = Router(range(n), typed=self.config.scheduler != "fifo")
         self.sender = Sender(self.table, self.router, self.collector)
         self.outcomes = Outcomes(self.collector, self.table, consumers_running=self.has_running_consumers)
-        self.follower = Follower(self)
-        self.table.while_moving = lambda: self.follower.finish_started(blocking=False)
+        self.follower = Follower(self, direct=direct_to_workers)
         self._consumer_pools: weakref.WeakSet[Any] = weakref.WeakSet()
         if self.durability == "durable":
             for q in sorted(removed_queues(self.dirpath) & set(range(n))):  # type: ignore[arg-type]
                 take_out(self, q)  # drained and taken out by an earlier pool on this directory
+        if not workers:
+            self.follower.rest_new()
         self.follower.share_peers()
 
     def _call(self, q: int, method: str, *args: Any) -> Any:
@@ -403,9 +408,7 @@ class QueuePool(Submitting, Taking, OpensOnAwait):
         lost = self.membership.scheduler_lost()
         if lost is None:
             registry.unregister_pool(self)
-            table = self.table
-            live = [(f"queue {i}", q) for i, q in enumerate(table.handles) if i not in table.lost and i not in table.removed]
-            failed = call_all(live, "close", timeout_s=defaults.STOP_TIMEOUT_S)
+            failed = self.follower.close_queues()  # and releases the actors' futures
             if failed:
                 logger.warning("closing queues failed: %s", failed)
         else:  # no call can reach them; they close themselves once released (orphan check)

@@ -103,10 +103,11 @@ def _call_deadline(deadline: float | None) -> float | None:
 def take_out(pool: Any, q: int) -> None:
     """Queue ``q`` is drained: close its actor and forget it (its index stays taken)."""
     table = pool.table
-    failed = call_all([(f"queue {q}", table.handles[q])], "close", timeout_s=defaults.STOP_TIMEOUT_S)
-    if failed:
-        logger.warning("closing removed queue %d failed: %s", q, failed)
-    free_actor(table.futures[q], table.handles[q])
+    if table.futures[q] is not None and q not in table.resting:  # else it has no actor to close
+        failed = call_all([(f"queue {q}", table.handles[q])], "close", timeout_s=defaults.STOP_TIMEOUT_S)
+        if failed:
+            logger.warning("closing removed queue %d failed: %s", q, failed)
+        free_actor(table.futures[q], table.handles[q])
     table.removed.add(q)
     pool.collector.removed.add(q)
     pool.router.route_to([i for i in pool.router.targets if i != q])

@@ -161,6 +161,12 @@ class SweeperMixin:
             return None
         return max(0.0, self._reported_at + LOAD_REPORT_S - time.monotonic())
 
+    def _report_if_emptied(self) -> None:
+        """The queue settled its last message: say so to the scheduler now, not at the next
+        report (a report of work that outlives it made ``adapt`` start a worker for nothing)."""
+        if self._reported_work and not self._core.stats().pending:
+            self._report_load()
+
     def _report_load(self, *, closing: bool = False) -> None:
         """Tell the scheduler this queue's backlog (``daskqueue.membership`` adds it to the
         scheduler's adaptive target): messages waiting or running and seconds per message.

@@ -16,7 +16,13 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from daskqueue import defaults
-from daskqueue.errors import QueueCallTimeoutError, QueueLostError, QueueMovedError, SchedulerLostError
+from daskqueue.errors import (
+    NoWorkerError,
+    QueueCallTimeoutError,
+    QueueLostError,
+    QueueMovedError,
+    SchedulerLostError,
+)
 from daskqueue.queue.handles import LOST_CHECK_S, actor_lost, is_lost_worker
 from daskqueue.serialize import SentFunctions
 
@@ -62,6 +68,11 @@ class QueueTable:
         self._settled = settled
         #: Called while a call waits for a moving queue (the pool finishes slow moves there).
         self.while_moving: Callable[[], None] = lambda: None
+        #: Queues with no actor now (the pool is at rest, or had no worker yet): a call that
+        #: needs one calls ``wake(q)`` (the pool asks for a worker) and waits up to
+        #: ``WORKER_WAIT_S`` (then :class:`NoWorkerError`). Such a queue is also moving.
+        self.resting: set[int] = set()
+        self.wake: Callable[[int], None] = lambda q: None
 
     def grow(self, handles: list[Any], futures: list[Any]) -> None:
         """New queues, indices from the current count on."""
@@ -110,6 +121,7 @@ class QueueTable:
     def give_up(self, q: int) -> None:
         """Queue ``q`` is lost for good: every call that needs it raises QueueLostError."""
         self.lost[q] = self.handles[q]._address
+        self.resting.discard(q)
         self.end_move(q)
 
     # -- calls ----------------------------------------------------------------------------------
@@ -188,12 +200,18 @@ class QueueTable:
         (bounded). Raises :class:`QueueLostError` for a queue that is gone."""
         moving = self.moving.get(q)
         if moving is not None:
-            deadline = time.monotonic() + defaults.MOVE_WAIT_S
+            resting = q in self.resting
+            if resting:
+                self.wake(q)
+            wait_s = defaults.WORKER_WAIT_S if resting else defaults.MOVE_WAIT_S
+            deadline = time.monotonic() + wait_s
             while not moving.wait(LOST_CHECK_S):
                 self.check_scheduler()
                 self.while_moving()
-                if time.monotonic() > deadline:  # still recovering: ask again later
-                    raise QueueMovedError(q, self.handles[q]._address)
+                if time.monotonic() > deadline:
+                    if q in self.resting:
+                        raise NoWorkerError(q, wait_s)
+                    raise QueueMovedError(q, self.handles[q]._address)  # still recovering: ask again later
         if q in self.lost:
             raise self.lost_error(q)
         return self.handles[q]

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from daskqueue import ConsumerPool, QueuePool
-from daskqueue.errors import ConfigurationError, QueueLostError
+from daskqueue.errors import QueueLostError
 from tests import tasks
 from tests.slurm import work
 from tests.helpers import wait_until
@@ -174,8 +174,6 @@ def test_scancel_of_a_job_mid_transient_map_raises_queue_lost_promptly(slurm_clu
     qp.close()
 
 
-@pytest.mark.xfail(reason="issue 21 point 2: pool creation on zero workers raises ConfigurationError",
-                   raises=(ConfigurationError, AssertionError), strict=False)
 @pytest.mark.timeout(150)
 def test_pools_created_on_an_adaptive_cluster_at_zero_jobs_start_a_job(slurm_cluster):
     """``adapt(minimum_jobs=0)`` with no job yet: the pools record their demand, adapt submits
@@ -192,8 +190,6 @@ def test_pools_created_on_an_adaptive_cluster_at_zero_jobs_start_a_job(slurm_clu
     qp.close()
 
 
-@pytest.mark.xfail(reason="issue 21 point 3: the last job holds the pools' actors and is never released",
-                   strict=False)
 @pytest.mark.timeout(150)
 def test_an_idle_pool_lets_adapt_go_back_to_zero_jobs_and_up_again(slurm_cluster):
     """Started at one job (today's workaround for point 2), then ``minimum_jobs=0``: once the
