@@ -21,6 +21,7 @@ from __future__ import annotations
 __all__ = [
     "DaskQueueError",
     "ConfigurationError",
+    "NotATaskConsumerError",
     "InvalidTaskError",
     "SerializationError",
     "PayloadTooLargeError",
@@ -424,3 +425,8 @@ class UnknownFunctionsError(DaskQueueError):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (UnknownFunctionsError, (self.digests,))
+
+
+class NotATaskConsumerError(ConfigurationError, RuntimeError):
+    """``submit`` / ``batch_submit`` with daskqueue 0.2.0's ``worker_class=`` naming a consumer
+    that does not run tasks (not a ``GeneralConsumer``): 0.2.0 raised ``RuntimeError`` here."""
