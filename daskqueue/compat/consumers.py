@@ -16,6 +16,7 @@ import functools
 import logging
 from typing import Any
 
+from daskqueue.compat import print_logs
 from daskqueue.consumer.base import ConsumerBase
 from daskqueue.messages import Message, Task
 
@@ -36,7 +37,14 @@ def item_of(message: Any) -> Any:
 class ConsumerBaseClass(ConsumerBase, metaclass=abc.ABCMeta):
     """daskqueue 0.2.0's consumer base class: subclass it and implement
     ``process_item(self, item)``, which gets the raw item (see the module docstring).
-    New code subclasses :class:`ConsumerBase`, whose ``process_item`` gets a ``Message``."""
+    New code subclasses :class:`ConsumerBase`, whose ``process_item`` gets a ``Message``.
+
+    As 0.2.0's workers did (importing daskqueue set up its logger), the worker of an old
+    consumer prints daskqueue's log lines: ``logger.info`` in a ``process_item`` is seen."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        print_logs()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
