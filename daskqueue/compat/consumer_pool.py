@@ -16,6 +16,7 @@ and the helpers its methods call for 0.2.0's arguments.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from typing import Any, Callable
 
@@ -23,6 +24,8 @@ from daskqueue.compat import deprecated, print_logs
 
 __all__ = ["ConsumerPool020", "positional_020", "join_020", "read_options_020", "join_progress_020",
            "results_nested", "nested_results", "MAX_THREADS"]
+
+logger = logging.getLogger("daskqueue")
 
 #: 0.2.0's positional arguments of ``ConsumerPool`` after ``ConsumerClass``, in order.
 CONSUMER_POOL_ARGS = ("n_consumers", "batch_size", "retries", "early_ack", "max_concurrency")
@@ -124,10 +127,8 @@ def join_progress_020(pool: Any, timestep: Any, print_timestep: Any, progress: A
     def log_progress() -> None:
         if time.monotonic() - logged[0] >= every:
             logged[0] = time.monotonic()
-            import logging
-
             done = sum(s.items_done + s.items_failed for s in pool.stats())
-            logging.getLogger("daskqueue").info("%r: %s tasks run; still processing", pool, f"{done:,}")
+            logger.info("%r: %s tasks run; still processing", pool, f"{done:,}")
 
     return log_progress
 
