@@ -1,55 +1,28 @@
-"""Point 11 of issue 22: a user's test suite built on ``distributed.utils_test`` (its
-``client`` fixture checks at teardown that no thread outlives the test). Pools made in such
-tests, closed or left open as 0.2.0's own tests left them, leave no daskqueue thread behind
-once the client closes."""
+"""Point 11 of issue 22: a user's test suite built on ``distributed.utils_test``'s fixtures
+(``client``, ``loop``, ``cluster_fixture``, ``cleanup``) passes their teardown checks (no
+leaked thread) with daskqueue pools in its tests. The suite is ``users_suite_utils_test.py``,
+run in a pytest of its own, as a user's suite is: those fixtures terminate every child
+process of the test process, which would take this suite's shared cluster with them."""
 
 from __future__ import annotations
 
-import threading
-import warnings
+import pathlib
+import subprocess
+import sys
 
 import pytest
-from distributed.utils_test import cleanup, client, cluster_fixture, loop, loop_in_thread  # noqa: F401
 
-from tests.compat import old_code
-from tests.helpers import wait_until
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from daskqueue.ConsumerPool import ConsumerPool
-    from daskqueue.QueuePool import QueuePool
+SUITE = pathlib.Path(__file__).with_name("users_suite_utils_test.py")
+ROOT = SUITE.parent.parent.parent
 
 
-def daskqueue_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("daskqueue")]
-
-
-@pytest.mark.timeout(180)
-def test_pools_left_open_as_the_original_tests_did(client):
-    """The thread-leak check of the ``client`` fixture is this test's assertion."""
-    queue_pool = QueuePool(client, 1)
-    consumer_pool = ConsumerPool(client, queue_pool=queue_pool, n_consumers=2)
-    for _ in range(10):
-        queue_pool.submit(old_code.add, 1, 1)
-    consumer_pool.start()
-    consumer_pool.join()
-    res = consumer_pool.results()
-    assert 10 * [2] == [v for k in res for v in res[k].values()]
-
-
-@pytest.mark.timeout(180)
-def test_closing_the_pools_ends_the_membership_thread_at_once(client):
-    queue_pool = QueuePool(client, 1)
-    consumer_pool = ConsumerPool(client, queue_pool, n_consumers=1)
-    assert any(t.name == "daskqueue-membership" for t in daskqueue_threads())
-    consumer_pool.close()
-    queue_pool.close()
-    assert not [t for t in daskqueue_threads() if t.name == "daskqueue-membership"]
-
-
-@pytest.mark.timeout(180)
-def test_closing_the_client_ends_the_thread_of_pools_left_open(client):
-    queue_pool = QueuePool(client, 1)
-    queue_pool.put_many([1, 2])
-    client.close()
-    wait_until(lambda: not daskqueue_threads(), timeout_s=4)  # distributed's check waits 5 s
+@pytest.mark.timeout(420)
+def test_a_users_suite_on_distributed_utils_test_fixtures_passes_their_teardown_checks(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-c", "/dev/null",
+         "--rootdir", str(ROOT), "-W", "ignore::DeprecationWarning", "--timeout", "180", str(SUITE)],
+        capture_output=True, text=True, timeout=400, cwd=ROOT,
+    )
+    tail = done.stdout[-3000:]
+    assert done.returncode == 0, tail
+    assert "3 passed" in done.stdout and "leaked" not in done.stdout, tail
