@@ -1,6 +1,6 @@
 """Point 11 of issue 22: a user's test suite built on ``distributed.utils_test``'s fixtures
 (``client``, ``loop``, ``cluster_fixture``, ``cleanup``) passes their teardown checks (no
-leaked thread) with daskqueue pools in its tests. The suite is ``users_suite_utils_test.py``,
+leaked thread) with daskqueue pools in its tests. The suite is ``users_suite.py``,
 run in a pytest of its own, as a user's suite is: those fixtures terminate every child
 process of the test process, which would take this suite's shared cluster with them."""
 
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-SUITE = pathlib.Path(__file__).with_name("users_suite_utils_test.py")
+SUITE = pathlib.Path(__file__).with_name("users_suite.py")
 ROOT = SUITE.parent.parent.parent
 
 

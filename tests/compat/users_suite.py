@@ -3,7 +3,7 @@
 that no thread outlives the test, and terminates every child process of the test process
 (so it must not share a process with this suite's shared cluster). Pools made in such tests,
 closed or left open as 0.2.0's own tests left them, leave no daskqueue thread behind once
-the client closes."""
+the client closes. (Named so that this suite's pytest does not collect it.)"""
 
 from __future__ import annotations
 
