@@ -43,7 +43,7 @@ from daskqueue.queue.pool import QueuePool
 from daskqueue.queue.transient import TransientQueue
 from daskqueue.results import DeadLetter
 
-__version__ = "0.1.0"
+from daskqueue._version import __version__
 
 __all__ = [
     "DeadLetter",
@@ -94,13 +94,28 @@ __all__ = [
 
 logging.getLogger("daskqueue").addHandler(logging.NullHandler())
 
+# daskqueue 0.2.0's modules named like a class here (daskqueue.QueuePool, .ConsumerPool):
+# loaded now, without binding them over the classes (see daskqueue.compat.old_paths).
+from daskqueue.compat import old_paths as _old_paths  # noqa: E402
+
+_old_paths.register()
+
 
 def __getattr__(name: str) -> object:
     """daskqueue 0.2.0's names, kept for old scripts (each warns once)."""
-    if name == "ConsumerBaseClass":
-        from daskqueue.compat import deprecated
+    from daskqueue.compat import deprecated
 
-        deprecated("ConsumerBaseClass", "ConsumerBaseClass is daskqueue 0.2.0's spelling; use ConsumerBase "
-                   "(process_item(self, message) gets a Message whose .data is the item, as before)")
-        return ConsumerBase
+    if name in ("ConsumerBaseClass", "DummyConsumer"):
+        from daskqueue.compat import consumers
+
+        deprecated(name, f"{name} is daskqueue 0.2.0's spelling; subclass ConsumerBase, whose "
+                   "process_item(self, message) gets a Message (message.data is the item). A ConsumerBaseClass "
+                   "subclass's process_item still gets the raw item, as in 0.2.0")
+        return getattr(consumers, name)
+    if name == "Durability":
+        from daskqueue.compat.durability import Durability
+
+        deprecated(name, "daskqueue.Durability is daskqueue 0.2.0's spelling; use QueuePool(durability=\"durable\", "
+                   "dirpath=...) or durability=\"transient\"")
+        return Durability
     raise AttributeError(f"module 'daskqueue' has no attribute {name!r}")

@@ -7,7 +7,8 @@
 * ``daskqueue dead-letters list|replay|purge``: a pool's dead letters;
 * ``daskqueue demo``: tasks through queues and consumers on a local cluster;
 * ``daskqueue bench <name> [options]``: one of the benchmarks of the source checkout
-  (``benchmarks/<name>.py``, the same as ``python -m benchmarks.<name>``).
+  (``benchmarks/<name>.py``, the same as ``python -m benchmarks.<name>``);
+* ``daskqueue --version``.
 """
 
 from __future__ import annotations
@@ -260,7 +261,10 @@ def map_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from daskqueue._version import __version__
+
     parser = argparse.ArgumentParser(prog="daskqueue", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"daskqueue {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log daskqueue at INFO")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("map", help="run FUNC(item) for each line of INPUT; results as JSON lines",

@@ -24,7 +24,7 @@ __all__ = [
     # the root
     "DaskQueueError",
     # the caller's mistakes
-    "ConfigurationError", "InvalidTaskError", "SerializationError", "PayloadTooLargeError",
+    "ConfigurationError", "NotATaskConsumerError", "InvalidTaskError", "SerializationError", "PayloadTooLargeError",
     "FieldTooLongError",
     # the queue's state
     "QueueClosedError", "QueueLostError", "QueueMovedError", "QueueHandedOffError",
@@ -67,6 +67,11 @@ def _rebuild(cls: type[DaskQueueError], args: tuple[Any, ...], kwargs: dict[str,
 
 class ConfigurationError(DaskQueueError, ValueError):
     """An argument to a constructor or method is out of range or of the wrong kind."""
+
+
+class NotATaskConsumerError(ConfigurationError, RuntimeError):
+    """``submit`` / ``batch_submit`` with daskqueue 0.2.0's ``worker_class=`` naming a consumer
+    that does not run tasks (not a ``GeneralConsumer``): 0.2.0 raised ``RuntimeError`` here."""
 
 
 class InvalidTaskError(DaskQueueError, TypeError):

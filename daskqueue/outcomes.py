@@ -5,15 +5,18 @@ The :class:`~daskqueue.results.ResultCollector` fetches and files outcomes; an
 :class:`Outcomes` waits for them. Every wait has a deadline that reaches the calls it makes
 (a queue whose event loop is blocked costs the caller its timeout, no more: the timeout is
 reported as :class:`JoinTimeoutError`), and every wait that needs consumers raises
-:class:`NoConsumersError` once work is pending and none is started.
+:class:`NoConsumersError` once work is pending and none is started. A ``join`` that returns
+over failed tasks says so (a warning with the counts): it returns normally either way.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, Iterable, Iterator
 
 from daskqueue import defaults
+from daskqueue.compat import warn_at_user
 from daskqueue.errors import (
     QueueCallTimeoutError,
     ConfigurationError,
@@ -28,6 +31,8 @@ from daskqueue.results import MapClaim, ResultCollector
 __all__ = ["Outcomes", "join_counts"]
 
 Batch = list[tuple[int, Any]]
+
+logger = logging.getLogger("daskqueue")
 
 
 def join_counts(qstats: list[Any], inflight: int) -> dict[str, int]:
@@ -62,6 +67,9 @@ class Outcomes:
         self.collector = collector
         self.table = table
         self._consumers_running = consumers_running
+        #: (acked, dead-lettered) over the queues when the last ``join`` ended.
+        self._joined_counts = (0, 0)
+        self._counts = (0, 0)
 
     def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None) -> int:
         """Fetch the outcomes the queues hold (see ``QueuePool.poll_outcomes``), within a
@@ -183,6 +191,7 @@ class Outcomes:
                 raise
             raise _timed_out(timeout_s, e) from e
         pending = sum(s.pending for s in qstats)
+        self._counts = (sum(s.total_acked for s in qstats), sum(s.dead for s in qstats))
         running = 0 if pending else inflight()
         if pending == 0 and running == 0:
             return True
@@ -202,10 +211,26 @@ class Outcomes:
             self._poll_until(deadline, timeout_s)
             if self.settled_all(inflight, deadline, timeout_s):
                 self._poll_until(deadline, timeout_s)
+                self._report_failures()
                 return
             on_pass()
             self.table.check_scheduler()
             time.sleep(defaults.POLL_INTERVAL_S)
+
+    def _report_failures(self) -> None:
+        """Log a warning if messages were dead-lettered since the last ``join`` ended: a
+        join that returns normally over failed tasks must not pass for success."""
+        (acked, dead), (acked0, dead0) = self._counts, self._joined_counts
+        self._joined_counts = self._counts
+        failed, done = dead - dead0, max(0, acked - acked0)
+        if failed <= 0:
+            return
+        share = f"all {failed:,}" if done == 0 else f"{failed:,} of {failed + done:,}"
+        logger.warning("join: %s messages settled since the last join failed (dead-lettered after their "
+                       "retries): see failures() (their errors) or dead_letters()", share)
+        if done == 0:  # seen even where logging is not configured
+            warn_at_user(f"join: all {failed:,} messages settled since the last join failed; see failures()",
+                         RuntimeWarning)
 
     def _poll_until(self, deadline: float | None, timeout_s: float | None) -> int:
         try:

@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import os
 import pickle
 import sys
 import time
@@ -154,9 +155,12 @@ class ProcessRunner:
             return self._child
 
     async def _spawn(self) -> _Child:
+        # The child imports what this worker can (a task function pickled by reference to a
+        # module on a path added at run time, e.g. by pytest): it gets the worker's sys.path.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "daskqueue.consumer.child",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
         )
         child = _Child(proc)
         try:

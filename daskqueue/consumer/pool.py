@@ -9,12 +9,10 @@ the pool's lock.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 import uuid
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, AsyncIterator, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from distributed import Client
 
@@ -27,7 +25,16 @@ from daskqueue.errors import (
     RemoteTaskError,
 )
 from daskqueue.membership import forget, membership
-from daskqueue.compat import deprecated
+from daskqueue.compat.consumer_pool import (
+    ConsumerPool020,
+    join_020,
+    join_progress_020,
+    nested_results,
+    positional_020,
+    read_options_020,
+    results_nested,
+)
+from daskqueue.consumer.pool_async import ConsumerPoolAsync
 from daskqueue.opening import OpensOnAwait
 from daskqueue.queue.actors import NO_WORKERS_HINT, can_grow
 from daskqueue.queue.pool import QueuePool, _not_in_client_loop
@@ -38,7 +45,7 @@ __all__ = ["ConsumerPool"]
 logger = logging.getLogger("daskqueue")
 
 
-class ConsumerPool(OpensOnAwait):
+class ConsumerPool(ConsumerPool020, ConsumerPoolAsync, OpensOnAwait):
     """Consumer actors working on the queues of ``queue_pool``.
 
     Each consumer calls queue ``index mod n_queues`` its home; when the home queue is empty
@@ -66,9 +73,11 @@ class ConsumerPool(OpensOnAwait):
     * ``consumer_kwargs``: extra keyword arguments for ``ConsumerClass``.
 
     Thread safety: the pool's methods may be called from one user thread while the pool
-    follows the cluster on its own thread.
+    follows the cluster on its own thread. (daskqueue 0.2.0's spellings: see
+    :mod:`daskqueue.compat.consumer_pool`.)
     """
 
+    @positional_020
     def __init__(
         self,
         client: Client,
@@ -91,20 +100,10 @@ class ConsumerPool(OpensOnAwait):
     ) -> None:
         if not isinstance(queue_pool, QueuePool):
             raise ConfigurationError(f"queue_pool must be a QueuePool, got {type(queue_pool).__name__}")
-        if not (isinstance(ConsumerClass, type) and issubclass(ConsumerClass, ConsumerBase)):
-            raise ConfigurationError(f"ConsumerClass must subclass ConsumerBase, got {ConsumerClass!r}")
+        check_consumer_class(ConsumerClass)
         check_number("n_consumers", n_consumers, integer=True, at_least=1, none_ok=True)
         check_number("max_concurrency", max_concurrency, integer=True, at_least=1)
-        if retries is not None:
-            deprecated("ConsumerPool(retries=)", "ConsumerPool(retries=) is daskqueue 0.2.0's spelling: retries are "
-                       "the queue pool's now, QueuePool(max_retries=); this one is not applied")
-        if max_concurrency > MAX_THREADS:
-            # 0.2.0 meant a cap on tasks in flight per consumer, run on the worker's threads.
-            threads = _worker_threads(client)
-            deprecated("max_concurrency>threads", f"ConsumerPool(max_concurrency={max_concurrency}) meant, in daskqueue "
-                       "0.2.0, a cap on tasks in flight run on the worker's threads; now max_concurrency is the "
-                       f"number of threads each consumer runs tasks on: using the worker's {threads}")
-            max_concurrency = threads
+        max_concurrency = read_options_020(self, client, retries, max_concurrency)
         check_number("prefetch_batches", prefetch_batches, integer=True, at_least=0)
         check_number("reserved_slots", reserved_slots, integer=True, at_least=0)
         check_number("reserved_priority", reserved_priority, integer=True, at_least=-(2**31), at_most=2**31 - 1)
@@ -215,9 +214,7 @@ class ConsumerPool(OpensOnAwait):
         """Start every consumer (idempotent). Consumers that join later start on their own.
         (``timeout`` is daskqueue 0.2.0's; an idle consumer long-polls for ``idle_poll_s``.)"""
         _not_in_client_loop(self.client)
-        if timeout is not None:
-            deprecated("start(timeout=)", "consumer_pool.start(timeout=) is daskqueue 0.2.0's spelling; use start() "
-                       "(an idle consumer long-polls its home queue: ConsumerPool(idle_poll_s=))")
+        self._start_timeout_020(timeout)
         self.members.started = True
         failed = self.members.call_all("start")
         if failed:
@@ -241,7 +238,8 @@ class ConsumerPool(OpensOnAwait):
         if failed:
             logger.warning("stopping consumers failed: %s", failed)
 
-    def join(self, timeout: float | None = None, *, timestep: float | None = None,
+    @join_020
+    def join(self, *, timeout: float | None = None, timestep: float | None = None,
              print_timestep: float | None = None, progress: bool | None = None) -> None:
         """Wait until every message in the pool's queues is settled (acked or dead-lettered)
         and no consumer holds work; fetch results on the way.
@@ -250,24 +248,14 @@ class ConsumerPool(OpensOnAwait):
         :class:`NoConsumersError` if work is pending and no consumer pool of the queue pool
         is started, and
         :class:`QueueLostError` once a transient queue's worker is known dead.
-        (``timestep``, ``print_timestep`` and ``progress`` are daskqueue 0.2.0's: with
-        ``progress``, the counts are logged every ``print_timestep`` seconds.)
+        ``timeout`` is keyword-only: a positional ``join(0.1)`` is daskqueue 0.2.0's polling
+        interval, as are ``timestep``, ``print_timestep`` and ``progress`` (with ``progress``,
+        the counts are logged every ``print_timestep`` seconds); see
+        :func:`~daskqueue.compat.consumer_pool.join_020`.
         """
         _not_in_client_loop(self.client)
-        if timestep is not None or print_timestep is not None or progress is not None:
-            deprecated("join(timestep=)", "consumer_pool.join(timestep=, print_timestep=, progress=) is daskqueue "
-                       "0.2.0's spelling; use join(timeout=) (progress: QueuePool.map(progress=True), "
-                       "as_completed(), or daskqueue stats)")
-        every = (2.0 if print_timestep is None else print_timestep) if progress else None
-        logged = [time.monotonic()]
-
-        def log_progress() -> None:
-            if every is not None and time.monotonic() - logged[0] >= every:
-                logged[0] = time.monotonic()
-                done = sum(s.items_done + s.items_failed for s in self.stats())
-                logger.info("%r: %s tasks run; still processing", self, f"{done:,}")
-
-        self.queue_pool.outcomes.join(self._inflight, timeout, log_progress)
+        on_pass = join_progress_020(self, timestep, print_timestep, progress)
+        self.queue_pool.outcomes.join(self._inflight, timeout, on_pass)
 
     def _inflight(self) -> int:
         """Items the live consumers hold (fetched, running or settling)."""
@@ -290,10 +278,10 @@ class ConsumerPool(OpensOnAwait):
         a time): the call to use for millions of tasks. Raises what ``join`` raises
         (:class:`JoinTimeoutError` after ``timeout`` seconds).
         """
-        for batch in self._outcome_batches(ids, timeout):
+        for batch in self.outcome_batches(ids, timeout):
             yield from batch
 
-    def _outcome_batches(self, ids: Iterable[int] | None, timeout: float | None) -> Iterator[list[tuple[int, Any]]]:
+    def outcome_batches(self, ids: Iterable[int] | None, timeout: float | None) -> Iterator[list[tuple[int, Any]]]:
         """The outcomes of ``as_completed``, a poll's worth at a time."""
         return self.queue_pool.outcomes.batches(self._inflight, ids, timeout)
 
@@ -334,44 +322,19 @@ class ConsumerPool(OpensOnAwait):
 
     # -- outcomes -----------------------------------------------------------------------------
 
-    def results(self, *, clear: bool = False, by_consumer: bool = False) -> dict[Any, Any]:
+    def results(self, *, clear: bool = False, by_consumer: bool | None = None) -> dict[Any, Any]:
         """``{task_id: return value}`` of every acked task so far (``map`` keeps its own);
         :meth:`QueuePool.results` (``clear=True`` forgets those returned).
 
         ``by_consumer=True`` nests them by the consumer that ran them, as daskqueue 0.2.0's
         ``results()`` did: ``{"GeneralConsumer-0": {task_id: value}, ...}`` (a task whose
-        consumer is not known, e.g. one that moved queue, is under ``"unknown"``)."""
+        consumer is not known, e.g. one that moved queue, is under ``"unknown"``). The
+        default (``None``) nests only for a pool made with 0.2.0's spellings, warning."""
+        if by_consumer is None:
+            by_consumer = results_nested(self)
         if not by_consumer:
             return self.queue_pool.results(clear=clear)
-        flat = self.queue_pool.results()
-        nested: dict[str, dict[int, Any]] = {}
-        collector = self.queue_pool.collector
-        name = self.ConsumerClass.__name__
-        for task_id, value in flat.items():
-            index = collector.ran_by(task_id)
-            nested.setdefault("unknown" if index is None else f"{name}-{index}", {})[task_id] = value
-        if clear:
-            collector.take(set(flat))
-        return nested
-
-    # -- daskqueue 0.2.0's spellings ---------------------------------------------------------------
-
-    def nb_consumed(self) -> int:
-        """Tasks run (done or failed) by the live consumers: daskqueue 0.2.0's spelling."""
-        deprecated("nb_consumed()", "consumer_pool.nb_consumed() is daskqueue 0.2.0's spelling; use "
-                   "sum(s.items_done + s.items_failed for s in consumer_pool.stats())")
-        return sum(s.items_done + s.items_failed for s in self.stats())
-
-    def __bool__(self) -> bool:
-        return True  # a pool is truthy (not ``len() > 0``: that spelling is 0.2.0's)
-
-    def __len__(self) -> int:
-        deprecated("len(consumer_pool)", "len(consumer_pool) is daskqueue 0.2.0's spelling; use consumer_pool.n_consumers")
-        return self.n_consumers
-
-    def __getitem__(self, index: int) -> Any:
-        deprecated("consumer_pool[i]", "consumer_pool[i] is daskqueue 0.2.0's spelling; use consumer_pool.consumers[i]")
-        return self.consumers[index]
+        return nested_results(self, clear)
 
     @property
     def max_concurrency(self) -> int:
@@ -392,32 +355,6 @@ class ConsumerPool(OpensOnAwait):
         :meth:`QueuePool.failures`."""
         return self.queue_pool.failures(clear=clear)
 
-    # -- the same from an event loop -------------------------------------------------------------
-
-    async def start_async(self) -> None:
-        """:meth:`start`, awaited (on a thread)."""
-        await asyncio.to_thread(self.start)
-
-    async def join_async(self, timeout: float | None = None) -> None:
-        """:meth:`join`, awaited: it waits on a thread, so the event loop goes on."""
-        await asyncio.to_thread(self.join, timeout)
-
-    async def as_completed_async(self, ids: Iterable[int] | None = None, *,
-                                 timeout: float | None = None) -> AsyncIterator[tuple[int, Any]]:
-        """:meth:`as_completed` for ``async for``: each poll's outcomes are fetched on a thread."""
-        batches = self._outcome_batches(None if ids is None else list(ids), timeout)
-        while True:
-            batch = await asyncio.to_thread(next, batches, None)
-            if batch is None:
-                return
-            for item in batch:
-                yield item
-
-    async def close_async(self) -> None:
-        """:meth:`close`, awaited (on a thread)."""
-        if self._opening is None:
-            await asyncio.to_thread(self.close)
-
     def stats(self) -> list[ConsumerStats]:
         """A :class:`ConsumerStats` per live consumer, in the order of :attr:`consumers`.
         A consumer whose worker died is left out (the pool replaces it on its own). Starts
@@ -433,15 +370,13 @@ class ConsumerPool(OpensOnAwait):
         return out
 
 
-#: The most threads ``max_concurrency`` may ask per consumer; above, it is read as daskqueue
-#: 0.2.0 meant it (its default was 10,000: tasks in flight, run on the worker's threads).
-MAX_THREADS = 64
-
-
-def _worker_threads(client: Client) -> int:
-    """The fewest threads a worker of the cluster has (what 0.2.0 ran tasks on)."""
-    try:
-        workers = client.scheduler_info(n_workers=-1)["workers"].values()
-        return max(1, min(w.get("nthreads", 1) for w in workers))
-    except Exception:
-        return 1
+def check_consumer_class(ConsumerClass: Any) -> None:
+    """Raise :class:`ConfigurationError` unless ``ConsumerClass`` is a :class:`ConsumerBase`
+    subclass that processes items (as daskqueue 0.2.0 refused an abstract one at creation)."""
+    if not (isinstance(ConsumerClass, type) and issubclass(ConsumerClass, ConsumerBase)):
+        raise ConfigurationError(f"ConsumerClass must subclass ConsumerBase, got {ConsumerClass!r}")
+    abstract = getattr(ConsumerClass, "__abstractmethods__", None)
+    if abstract or (ConsumerClass.process_item is ConsumerBase.process_item
+                    and ConsumerClass.run_batch is ConsumerBase.run_batch):
+        raise ConfigurationError(f"{ConsumerClass.__name__} must implement process_item(self, message): "
+                                 "it has none, so every item would fail")

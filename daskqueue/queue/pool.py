@@ -24,7 +24,6 @@ a consumer pool answers ``on_queues_changed()``, ``on_queue_moved(q, handle)`` a
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -35,8 +34,9 @@ from typing import Any
 from distributed import Client
 
 from daskqueue import atexit_close, defaults, registry
+from daskqueue.compat.queue_pool import QueuePool020
 from daskqueue.membership import forget, membership
-from daskqueue.errors import ConfigurationError, QueueClosedError
+from daskqueue.errors import ConfigurationError, QueueClosedError, StoreLockedError
 from daskqueue.outcomes import Outcomes
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig
@@ -46,6 +46,8 @@ from daskqueue.queue.follow import Follower
 from daskqueue.queue.handles import direct_handles, queue_ref
 from daskqueue.queue.options import MAX_TIME_LIMIT_S, Eta, eta_epoch_s
 from daskqueue.queue.policy import Scheduler
+from daskqueue.queue.pool_async import QueuePoolAsync
+from daskqueue.queue.pool_settings import PoolSettings
 from daskqueue.queue.resize import add_queues, remove_queue, take_out
 from daskqueue.queue.router import Router
 from daskqueue.queue.sending import Sender
@@ -63,8 +65,11 @@ logger = logging.getLogger("daskqueue")
 #: The name other modules and tests import (kept).
 _not_in_client_loop = not_in_client_loop
 
+#: The open durable pools of this process, by directory (see ``QueuePool._take_over``).
+_open_dirs: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
-class QueuePool(Submitting, Taking, OpensOnAwait):
+
+class QueuePool(QueuePool020, PoolSettings, Submitting, Taking, QueuePoolAsync, OpensOnAwait):
     """A pool of ``n_queues`` queue actors on the cluster of ``client``.
 
     Messages are routed round-robin, one put batch at a time; a call's messages are spread
@@ -107,7 +112,8 @@ class QueuePool(Submitting, Taking, OpensOnAwait):
     The settings are validated into :attr:`config` (a :class:`PoolConfig`); a bad one raises
     :class:`ConfigurationError` naming it.
 
-    Thread safety: use one ``QueuePool`` from one thread at a time.
+    Thread safety: use one ``QueuePool`` from one thread at a time. (daskqueue 0.2.0's
+    spellings: see :mod:`daskqueue.compat.queue_pool`.)
     """
 
     def __init__(
@@ -139,6 +145,7 @@ class QueuePool(Submitting, Taking, OpensOnAwait):
     ) -> None:
         if not isinstance(client, Client):
             raise ConfigurationError(f"client must be a distributed.Client, got {type(client).__name__}")
+        durability = self._accept_020_durability(durability)
         self.config = PoolConfig.from_options(
             n_queues, durability=durability, lease_timeout_s=lease_timeout_s, max_retries=max_retries,
             retry_backoff_base_s=retry_backoff_base_s, retry_backoff_max_s=retry_backoff_max_s,
@@ -156,15 +163,17 @@ class QueuePool(Submitting, Taking, OpensOnAwait):
         self._closed = False
         self._open_now_or_on_await(client, lambda: self._open(direct_to_workers))
 
-
     def _open(self, direct_to_workers: bool | None) -> None:
         client = self.client
         self.membership = membership(client, owner=self)
         try:
+            self._take_over(self.dirpath)
             self._start(direct_to_workers)
         except BaseException:
             forget(self)
             raise
+        if self.dirpath is not None:
+            _open_dirs[self.dirpath] = self
         self.membership.add_listener(self)
         registry.register_pool(self)
         atexit_close.track(self)
@@ -172,6 +181,19 @@ class QueuePool(Submitting, Taking, OpensOnAwait):
 
         status.install(client)  # the status page beside Dask's dashboard (never raises)
         logger.info("%r started", self)
+
+    def _take_over(self, dirpath: str | None) -> None:
+        """Another pool of this process still has ``dirpath`` open (a notebook cell run
+        again, or daskqueue 0.2.0's way of reopening a durable pool): close it, so that this
+        one can lock the directory; refuse (at once) while consumers run on it."""
+        other = None if dirpath is None else _open_dirs.get(dirpath)
+        if other is None or other.closed:
+            return
+        if other.has_running_consumers():
+            raise StoreLockedError(f"{dirpath} is open in {other!r}, with consumers running: close them and it "
+                                   "first (consumer_pool.close(); queue_pool.close()), or use that pool")
+        logger.warning("%r has %s open: closing it, so that a new pool can open it", other, dirpath)
+        other.close()
 
     def _start(self, direct_to_workers: bool | None) -> None:
         """Start the queue actors (queue ``i`` on worker ``i mod n_workers``, only there when
@@ -230,46 +252,6 @@ class QueuePool(Submitting, Taking, OpensOnAwait):
     def queues(self) -> list[Any]:
         """The queue actors' handles by queue index (a removed queue's stays in its place)."""
         return [] if self.table is None else self.table.handles
-
-    # -- settings (all in self.config) ---------------------------------------------------------
-
-    @property
-    def n_queues(self) -> int:
-        """The pool's queues now (:meth:`add_queues` adds some, :meth:`remove_queue` takes
-        one away; queue indices are never reused)."""
-        return len(self.queue_indices)
-
-    @property
-    def queue_indices(self) -> list[int]:
-        """The indices of the pool's queues now (a removed queue's index is not reused)."""
-        return [] if self.table is None else self.table.indices()
-
-    @property
-    def durability(self) -> Durability:
-        return self.config.durability
-
-    @property
-    def dirpath(self) -> str | None:
-        """The pool directory (absolute), or ``None`` for a transient pool."""
-        return self.config.dirpath
-
-    @property
-    def lease_timeout_s(self) -> float:
-        return float(self.config.lease_timeout_s)
-
-    @property
-    def max_message_bytes(self) -> int:
-        """The largest pickled message a queue accepts (for a durable pool, what also fits in a
-        log segment)."""
-        return self.config.message_limit()
-
-    @property
-    def put_batch_size(self) -> int:
-        return self.config.put_batch_size
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     # -- what a consumer pool asks of its queue pool --------------------------------------------
 
@@ -391,9 +373,6 @@ class QueuePool(Submitting, Taking, OpensOnAwait):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         return self.outcomes.stats(deadline)
 
-    async def stats_async(self) -> list[QueueStats]:
-        return await asyncio.to_thread(self.stats)
-
     def get_queue_size(self) -> dict[int, int]:
         """Unsettled messages (ready, delayed or leased) per queue index."""
         return {s.index: s.pending for s in self.stats()}
@@ -415,11 +394,6 @@ class QueuePool(Submitting, Taking, OpensOnAwait):
             logger.info("closing %r with the scheduler lost (%s): its queues are not told", self, lost)
         forget(self)
         logger.info("%r closed", self)
-
-    async def close_async(self) -> None:
-        """:meth:`close`, awaited (on a thread)."""
-        if self._opening is None:
-            await asyncio.to_thread(self.close)
 
     def __enter__(self) -> QueuePool:
         return self

@@ -35,7 +35,7 @@ def test_the_old_logger_and_base_class_names_work_and_warn_once():
         from daskqueue.utils import logger as again
         from daskqueue import ConsumerBase, ConsumerBaseClass
     assert logger is again is logging.getLogger("daskqueue")
-    assert ConsumerBaseClass is ConsumerBase
+    assert issubclass(ConsumerBaseClass, ConsumerBase)  # its process_item gets the raw item
     messages = deprecations(record)
     assert len([m for m in messages if "daskqueue.utils.logger" in m]) == 1
     assert any('logging.getLogger("daskqueue")' in m for m in messages)
@@ -85,7 +85,11 @@ def test_the_original_examples_call_shapes_run_and_warn(client):
             assert consumer_pool.nb_consumed() == 200
             assert len(consumer_pool) == 2
             assert consumer_pool[0] is consumer_pool.consumers[0]
-            assert list(consumer_pool.results().values()) == [3] * 200
+            # Made with 0.2.0 spellings: results() nests by consumer, as 0.2.0's did.
+            res = consumer_pool.results()
+            assert sorted(res) == ["GeneralConsumer-0", "GeneralConsumer-1"]
+            assert [v for k in res for v in res[k].values()] == [3] * 200
+            assert list(consumer_pool.results(by_consumer=False).values()) == [3] * 200
             # As the original meant it: a cap on tasks in flight, run on the worker's threads
             # (1 here), not 10,000 threads.
             assert consumer_pool.max_concurrency == 1
@@ -94,12 +98,12 @@ def test_the_original_examples_call_shapes_run_and_warn(client):
             queue_pool.close()
     messages = deprecations(record)
     for old in ("max_concurrency=10000", "start(timeout=", "join(timestep=", "nb_consumed()", "len(consumer_pool)",
-                "consumer_pool[i]"):
+                "consumer_pool[i]", "nested by consumer"):
         assert len([m for m in messages if old in m]) == 1, (old, messages)
 
 
 @pytest.mark.timeout(120)
-def test_an_original_custom_consumer_reads_item_data(client):
+def test_an_original_custom_consumer_gets_the_raw_item(client):
     from daskqueue import ConsumerPool, QueuePool
 
     with warnings.catch_warnings():
@@ -108,7 +112,7 @@ def test_an_original_custom_consumer_reads_item_data(client):
 
     class DoubleConsumer(ConsumerBaseClass):
         def process_item(self, item):
-            return item.data * 2
+            return item * 2  # 0.2.0 gave the item put_many put (issue 22, point 9)
 
     queue_pool = QueuePool(client, n_queues=1)
     consumer_pool = ConsumerPool(client, queue_pool, ConsumerClass=DoubleConsumer, n_consumers=1)
@@ -116,7 +120,7 @@ def test_an_original_custom_consumer_reads_item_data(client):
         ids = queue_pool.put_many(list(range(20)))
         consumer_pool.start()
         consumer_pool.join(timeout=60)
-        results = consumer_pool.results()
+        results = consumer_pool.results(by_consumer=False)
         assert [results[i] for i in ids] == [2 * i for i in range(20)]
     finally:
         consumer_pool.close()
