@@ -35,6 +35,9 @@ from daskqueue.errors import (
     QueueCallTimeoutError,
     FieldTooLongError,
     CorruptPoolFileError,
+    NoWorkerError,
+    NotATaskConsumerError,
+    UnknownFunctionsError,
 )
 from daskqueue.messages import Message, Task, make_id, split_id
 from daskqueue.queue.base import QueueStats
@@ -90,6 +93,9 @@ __all__ = [
     "QueueCallTimeoutError",
     "FieldTooLongError",
     "CorruptPoolFileError",
+    "NoWorkerError",
+    "NotATaskConsumerError",
+    "UnknownFunctionsError",
 ]
 
 logging.getLogger("daskqueue").addHandler(logging.NullHandler())
