@@ -2,8 +2,11 @@
 functions, so that a caller sending a new function per request (``submit(lambda: ...)``)
 does not grow any table without end.
 
-Thread-safe: every method holds the map's lock for a few dict operations, never while it
-calls out. Entries are held strongly until evicted.
+Thread-safe: every method that changes which entries exist holds the map's lock for a few
+dict operations, never while it calls out; :meth:`LRU.get`, on every fetch and every task
+run, takes none (each of its two dict operations is atomic under the GIL, and an entry
+evicted between them is simply not made the newest). Entries are held strongly until
+evicted.
 """
 
 from __future__ import annotations
@@ -39,11 +42,16 @@ class LRU(Generic[K, V]):
         return f"<LRU: {len(self._entries)} of {self.max_entries} entries>"
 
     def get(self, key: K, default: V | None = None) -> V | None:
-        with self._lock:
-            value = self._entries.get(key, default)
-            if key in self._entries:
-                self._entries.move_to_end(key)
-            return value
+        entries = self._entries
+        try:
+            value = entries[key]
+        except KeyError:
+            return default
+        try:
+            entries.move_to_end(key)
+        except KeyError:  # evicted by another thread since: nothing to make the newest
+            pass
+        return value
 
     def put(self, key: K, value: V) -> None:
         with self._lock:

@@ -226,8 +226,10 @@ class ResultCollector:
 
     def queue_of(self, task_id: int) -> int:
         """The queue where task ``task_id`` is now (it may have moved)."""
+        q, seq = split_id(task_id)
         with self._lock:
-            return self._moves.where(*split_id(task_id))[0]
+            # Nothing moved (the usual case): no walk of the moves on every ``result(id)``.
+            return self._moves.where(q, seq)[0] if self._moves else q
 
     def claim(self, queue_index: int, first_seq: int, count: int, claim: MapClaim, pos0: int) -> None:
         """Route the results of messages ``first_seq ..`` of a queue to ``claim``."""

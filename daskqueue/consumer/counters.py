@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field, fields
 
 from daskqueue import defaults
@@ -47,24 +48,35 @@ class Counters:
     #: Batches handed to a runner (a thread pool or the child process), counting one fetched
     #: ahead while it waits for a thread.
     busy_slots: int = 0
-    duration_buckets: list[int] = field(default_factory=lambda: [0] * len(DURATION_BUCKETS_S))
     duration_count: int = 0
     duration_sum_s: float = 0.0
+    #: Tasks by the first bound of ``DURATION_BUCKETS_S`` at or above their duration (not
+    #: cumulative: a batch costs one bisect, not a pass over every bound, on the event loop).
+    _by_bucket: list[int] = field(default_factory=lambda: [0] * len(DURATION_BUCKETS_S))
+
+    @property
+    def duration_buckets(self) -> list[int]:
+        """Per bound of ``DURATION_BUCKETS_S``, the tasks that took at most that long
+        (cumulative, as Prometheus histograms are)."""
+        out, total = [], 0
+        for n in self._by_bucket:
+            total += n
+            out.append(total)
+        return out
 
     def observe(self, done: int, run_s: float) -> None:
         """Count ``done`` tasks that took ``run_s`` in all in the duration histogram."""
         if done <= 0:
             return
-        per = run_s / done
-        for i, bound in enumerate(DURATION_BUCKETS_S):
-            if per <= bound:
-                self.duration_buckets[i] += done
+        i = bisect_left(DURATION_BUCKETS_S, run_s / done)
+        if i < len(self._by_bucket):  # longer than every bound: only in the count (+Inf)
+            self._by_bucket[i] += done
         self.duration_count += done
         self.duration_sum_s += run_s
 
     def snapshot(self, index: int, *, running: bool, inflight_items: int, batch_size: int) -> ConsumerStats:
         """These counters with the consumer's state, as the consumer's ``stats()``."""
-        counts = {f.name: getattr(self, f.name) for f in fields(self)}
+        counts = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_by_bucket"}
         counts["duration_buckets"] = tuple(self.duration_buckets)
         return ConsumerStats(index=index, running=running, inflight_items=inflight_items,
                              batch_size=batch_size, **counts)

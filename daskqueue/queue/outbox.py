@@ -74,6 +74,9 @@ class OutboxMixin:
         """
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
+        return self._results_from(cursor)
+
+    def _results_from(self, cursor: int) -> tuple[int, bytes]:
         if self._handed_off:  # its results went to the successor, under the same numbers
             self._check_serving()
         drop = max(0, min(cursor - self._results_base, len(self._results)))
@@ -96,15 +99,20 @@ class OutboxMixin:
                 await asyncio.wait_for(self._outcome_event.wait(), wait_s)
             except asyncio.TimeoutError:
                 pass
-        # Both wait at the gate again; neither yields to the loop once past it.
-        cursor, blob = await self.fetch_results(cursor)
-        dead_cursor, dead = await self.fetch_dead(dead_cursor)
+            if self._paused is not None:  # a pause may have begun during the wait
+                await self._unpaused()
+        # Read without a yield to the loop in between: one consistent answer.
+        cursor, blob = self._results_from(cursor)
+        dead_cursor, dead = self._dead_from(dead_cursor)
         return cursor, blob, dead_cursor, dead
 
     async def fetch_dead(self, cursor: int) -> tuple[int, list[DeadRow]]:
         """Dead letters from index ``cursor`` on: ``(seq, attempts, error, meta)`` each."""
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
+        return self._dead_from(cursor)
+
+    def _dead_from(self, cursor: int) -> tuple[int, list[DeadRow]]:
         dead = self._core.dead_since(cursor)
         return self._core.dead_appended, [(d.seq, d.attempts, d.error, d.chunk.meta) for d in dead]
 

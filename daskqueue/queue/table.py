@@ -155,20 +155,22 @@ class QueueTable:
         retry awaits the lost key's future inside a callback that then never sets the result).
         """
         future, handle, method, _ = pending
-        started = time.monotonic()
+        started = now = time.monotonic()
         if deadline is None:
             deadline = started + defaults.CALL_TIMEOUT_S
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - now
             try:
-                return future.result(timeout=max(0.0, min(LOST_CHECK_S, left)))
+                # Every call of a task's path waits here: one clock read before its first slice.
+                return future.result(timeout=LOST_CHECK_S if left >= LOST_CHECK_S else max(0.0, left))
             except TimeoutError as e:
                 if future.done():  # answered as the wait timed out (or a remote TimeoutError)
                     return future.result()
                 self.check_scheduler()
                 if self.gone(q, handle):
                     raise self.lost_error(q, handle) from e
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     raise QueueCallTimeoutError(q, method, round(deadline - started, 3)) from e
             except Exception as e:
                 self.check_scheduler()
