@@ -144,3 +144,22 @@ def pools(client):
             pool.close()
         except Exception:
             pass
+
+
+@pytest.fixture(autouse=True)
+def _daskqueue_logger_as_it_was():
+    """Put the ``daskqueue`` logger back as it was after each test: 0.2.0 spellings
+    (``daskqueue.utils.logger``, ``join(progress=True)``) give it a printing handler at INFO,
+    and a level left at INFO would have every later test's log capture hold its records
+    (and through their arguments, the pools and clients they name)."""
+    import logging
+
+    from daskqueue import compat
+
+    log = logging.getLogger("daskqueue")
+    handlers, level = list(log.handlers), log.level
+    yield
+    for handler in [h for h in log.handlers if h not in handlers]:
+        log.removeHandler(handler)
+    log.setLevel(level)
+    compat._handler = None
