@@ -110,11 +110,13 @@ def test_dask_jobqueue_workers_reaching_their_lifetime_hand_their_queues_off():
         cp = ConsumerPool(client, qp)
         cp.start()
         first = {q._address for q in qp.queues}
-        # About 10 s of work for 2 workers: longer than a job's lifetime.
-        ids = qp.batch_submit([(tasks.sleep_then, i, 0.02) for i in range(1000)])
+        # About 6 s of work for 2 workers: past the first jobs' lifetime, once their start
+        # (a second or two) and their last seconds (when a walltime-aware consumer takes
+        # nothing it cannot finish) are counted.
+        ids = qp.batch_submit([(tasks.sleep_then, i, 0.02) for i in range(600)])
         cp.join(timeout=180)
         results = cp.results()
-        assert [results[i] for i in ids] == list(range(1000))
+        assert [results[i] for i in ids] == list(range(600))
         assert cp.failures() == {}
         # The jobs that held the queues ended their lifetime meanwhile; the queues moved.
         assert first != {q._address for q in qp.queues}

@@ -15,14 +15,14 @@ from daskqueue.consumer.leaving import lifetime_timer
 from tests import walltime_tasks
 from tests.helpers import wait_until
 
-TASK_S = 5.0
+TASK_S = 2.5
 MARGIN_S = 1.0  # the consumers keep defaults.WALLTIME_MARGIN_S (2 s); 1 s of it for slack
-LIFETIME = "18s"
+LIFETIME = "12s"
 
 
 @pytest.fixture
 def lifetime_worker(cluster_factory):
-    """A cluster of one plain worker, plus one ``dask worker --lifetime 18s`` process."""
+    """A cluster of one plain worker, plus one ``dask worker --lifetime 12s`` process."""
     cluster, client = cluster_factory(1)
     proc = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
                              "--nthreads", "1", "--lifetime", LIFETIME, "--no-dashboard", "--name", "leaving"],
@@ -53,10 +53,11 @@ def test_a_worker_reaching_its_lifetime_takes_no_task_it_cannot_finish(lifetime_
     ends_at = client.run(_lifetime_timer, workers=[leaving])[leaving]
     assert ends_at is not None
     log = tmp_path / "runs.log"
-    # Without the walltime, the leaving worker is always in the middle of a 5 s task when its
-    # lifetime ends; with it, it runs its last one to its end well before (one task of
-    # unknown length first, then those its estimate, 7.5 s, says end 2 s before it leaves).
-    n = 10
+    # Without the walltime, the leaving worker is always in the middle of a 2.5 s task when
+    # its lifetime ends (the work outlasts it); with it, it runs its last one to its end well
+    # before (one task of unknown length first, then those its estimate, 3.75 s, says end
+    # 2 s before it leaves).
+    n = 12
     out = qp.map(walltime_tasks.logged_run, [(i, TASK_S, str(log)) for i in range(n)], timeout_s=150)
 
     assert out == list(range(n))
