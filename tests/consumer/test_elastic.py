@@ -182,7 +182,7 @@ def test_a_durable_queues_killed_worker_is_reopened_elsewhere_and_every_task_fin
 def test_churn_every_task_of_a_durable_pool_has_one_result_while_workers_die_and_join(
     cluster_factory, tmp_path
 ):
-    """50,000 short tasks while, every 2 s, a queue's worker is killed (SIGKILL; its nanny
+    """25,000 short tasks while, every 1.5 s, a queue's worker is killed (SIGKILL; its nanny
     starts a new worker: a join), a worker is added, a worker is killed or one retired."""
     import random
     import threading
@@ -197,7 +197,7 @@ def test_churn_every_task_of_a_durable_pool_has_one_result_while_workers_die_and
     def churn():
         rng = random.Random(7)
         step = 0
-        while not stop.wait(2.0):
+        while not stop.wait(1.5):
             workers = sorted(client.scheduler_info()["workers"])
             holding = [q._address for q in qp.queues if q._address in workers]
             try:
@@ -219,13 +219,13 @@ def test_churn_every_task_of_a_durable_pool_has_one_result_while_workers_die_and
     churner = threading.Thread(target=churn, daemon=True)
     churner.start()
     try:
-        out = qp.map(tasks.sleep_then_arg, range(50_000), timeout_s=240)
+        out = qp.map(tasks.sleep_then_arg, range(25_000), timeout_s=240)
     finally:
         stop.set()
         churner.join(timeout=60)
-    assert out == list(range(50_000))
+    assert out == list(range(25_000))
     # Exactly one outcome came back per task: none was acked twice.
-    assert sum(qp.collector.settled) == 50_000
+    assert sum(qp.collector.settled) == 25_000
     assert sum("killed" in d for d in done) >= 2, done
     cp.close()
     qp.close()
