@@ -93,6 +93,9 @@ def test_a_backlog_scales_the_cluster_up_and_scale_down_hands_queues_off(cluster
     qp.close()
 
 
+@pytest.mark.slow  # 30-60 s; the same shape runs on real SLURM jobs in the slurm lane
+# (tests/slurm/test_slurm.py, --lifetime hand-off under adapt) and a lifetime hand-off of a
+# transient queue in the default suite (tests/consumer/test_walltime_cluster.py)
 def test_dask_jobqueue_workers_reaching_their_lifetime_hand_their_queues_off():
     jobqueue = pytest.importorskip("dask_jobqueue.local")
     # Both jobs start together and reach their lifetime within 2 s of each other: for a

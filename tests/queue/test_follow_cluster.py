@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from daskqueue import defaults
+
 from daskqueue.queue.transient import TransientQueue
 
 pytestmark = pytest.mark.skipif(not hasattr(TransientQueue, "handoff_abort"),
@@ -24,6 +26,7 @@ def test_a_hand_off_without_a_successor_leaves_the_old_queue_serving(pools, monk
     old = qp.queues[0]
     ids = qp.put_many(range(10))
     monkeypatch.setattr(qp, "actor_spec", lambda q: (CannotStart, (q,), {}))
+    monkeypatch.setattr(defaults, "SUCCESSOR_WAIT_S", 4.0)  # what it proves needs no 20 s wait
     qp.follower.hand_off(0)
     assert qp.queues[0] is old and not qp.table.moving
     assert qp.put_many(range(5))  # it serves again: no QueueHandedOffError
