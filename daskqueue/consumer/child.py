@@ -1,4 +1,4 @@
-"""The child process that runs a consumer's batches (``python -m daskqueue.consumer.child``).
+"""The child process that runs a consumer's batches (``python -c "from daskqueue.consumer.child import main; main()"``).
 
 Started by :class:`daskqueue.consumer.isolate.ProcessRunner`. It builds a twin of the
 consumer (same class, same arguments, no queues) and runs the batches its parent sends on
@@ -113,6 +113,7 @@ def main() -> None:
     stdin = sys.stdin.buffer
     init = read_frame(stdin)
     if init is None or init[0] != "init":
+        out.close()
         return
     try:
         import cloudpickle  # noqa: F401  (the class may be pickled by value)
@@ -121,7 +122,7 @@ def main() -> None:
         consumer = cls(*args, **kwargs)
     except BaseException as e:
         out.write(encode_frame(("init-failed", error_from_exception(e))))
-        out.flush()
+        out.close()
         return
     child = _Child(out, consumer)
     child.send(("ready",))

@@ -36,6 +36,9 @@ from daskqueue.messages import decode_error, encode_error, killed_error
 
 __all__ = ["ProcessRunner", "ChildDied", "child_killed_error"]
 
+#: What the child process runs.
+CHILD_MAIN = "from daskqueue.consumer.child import main; main()"
+
 logger = logging.getLogger("daskqueue")
 
 #: How long a child may take to start (import daskqueue, build the consumer twin).
@@ -158,8 +161,10 @@ class ProcessRunner:
         # The child imports what this worker can (a task function pickled by reference to a
         # module on a path added at run time, e.g. by pytest): it gets the worker's sys.path.
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        # ``-c``, not ``-m``: the package imports ``child`` itself, so ``-m`` would run a second
+        # copy of it as ``__main__`` (and print runpy's RuntimeWarning on every start).
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "daskqueue.consumer.child",
+            sys.executable, "-c", CHILD_MAIN,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
         )
         child = _Child(proc)
