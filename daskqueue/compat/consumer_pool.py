@@ -172,6 +172,7 @@ class ConsumerPool020:
         """Tasks run (done or failed) by the live consumers: daskqueue 0.2.0's spelling."""
         deprecated("nb_consumed()", "consumer_pool.nb_consumed() is daskqueue 0.2.0's spelling; use "
                    "sum(s.items_done + s.items_failed for s in consumer_pool.stats())")
+        self.old_spellings = True
         return sum(s.items_done + s.items_failed for s in self.stats())  # type: ignore[attr-defined]
 
     def __bool__(self) -> bool:
@@ -179,10 +180,12 @@ class ConsumerPool020:
 
     def __len__(self) -> int:
         deprecated("len(consumer_pool)", "len(consumer_pool) is daskqueue 0.2.0's spelling; use consumer_pool.n_consumers")
+        self.old_spellings = True
         return self.n_consumers  # type: ignore[attr-defined,no-any-return]
 
     def __getitem__(self, index: int) -> Any:
         deprecated("consumer_pool[i]", "consumer_pool[i] is daskqueue 0.2.0's spelling; use consumer_pool.consumers[i]")
+        self.old_spellings = True
         return self.consumers[index]  # type: ignore[attr-defined]
 
     def _start_timeout_020(self, timeout: Any) -> None:

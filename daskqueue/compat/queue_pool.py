@@ -17,12 +17,14 @@ consumer, as 0.2.0's did (see :mod:`daskqueue.compat.consumer_pool`).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Sequence
 
 from daskqueue.compat import deprecated
 from daskqueue.errors import ConfigurationError, NotATaskConsumerError
+from daskqueue.queue.submitting import Submitting
 
 __all__ = ["QueuePool020", "QueueView", "QueuePoolActor"]
 
@@ -55,6 +57,9 @@ class QueuePool020:
     #: consumer pools' ``results()`` nest by consumer, as 0.2.0's did).
     old_spellings: bool = False
 
+    # The current methods' docs and signatures are what help() shows: these only take the
+    # old options off before handing the call on.
+    @functools.wraps(Submitting.submit)
     def submit(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
         if "worker_class" in kwargs or ("timeout" in kwargs and not _takes_keyword(func, "timeout")):
             deprecated("submit(timeout=, worker_class=)",
@@ -66,6 +71,7 @@ class QueuePool020:
                 _check_worker_class(kwargs.pop("worker_class"))
         return super().submit(func, *args, **kwargs)  # type: ignore[misc]
 
+    @functools.wraps(Submitting.batch_submit)
     def batch_submit(self, tasks: Iterable[Sequence[Any]], *old: Any, **kwargs: Any) -> list[int]:
         if len(old) > len(_OPTIONS):
             raise TypeError(f"batch_submit() takes at most {1 + len(_OPTIONS)} positional arguments")

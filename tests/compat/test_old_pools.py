@@ -173,3 +173,14 @@ def test_a_pool_made_with_todays_spellings_keeps_flat_results(client):
         consumer_pool.join(timeout=60)
         assert consumer_pool.results() == {i: n + 1 for n, i in enumerate(ids)}
     assert not warned(record, "")
+
+
+def test_the_pools_help_shows_the_current_submit_and_batch_submit():
+    # The 0.2.0 overrides take old options off and hand the call on; help() must still show
+    # the documented methods and their keyword options, not ``(func, *args, **kwargs)``.
+    import inspect
+
+    from daskqueue import QueuePool
+
+    assert "dq_" in QueuePool.submit.__doc__
+    assert "keys" in inspect.signature(QueuePool.batch_submit).parameters
