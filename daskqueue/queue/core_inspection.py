@@ -25,6 +25,12 @@ class InspectionMixin:
         """``(not_before, span)`` of every delayed span, earliest first."""
         return self._delayed.entries()
 
+    @property
+    def pending(self) -> int:
+        """Messages not yet settled (ready, delayed or leased): ``stats().pending`` without
+        building the stats (asked on every settle, see the sweeper)."""
+        return self._ready.count + self._delayed.count + self._leases.count
+
     def stats(self) -> CoreStats:
         n = self._n
         return CoreStats(
@@ -47,6 +53,7 @@ class InspectionMixin:
         self._ready.validate()
         self._delayed.validate()
         self._leases.validate(never_expire=MOVER)
+        assert self.pending == self.stats().pending, "pending differs from the stats' count"
         spans = [s for s, _ in self.live_spans()]
         for s in spans:
             assert 0 <= s.start < s.stop <= s.chunk.count, f"bad span {s.start}..{s.stop}"

@@ -156,15 +156,14 @@ class SweeperMixin:
         work, and once more when it has none left; None when idle and reported so."""
         if self.pool is None:
             return None
-        s = self._core.stats()
-        if not (s.pending or self._reported_work):
+        if not (self._core.pending or self._reported_work):
             return None
         return max(0.0, self._reported_at + LOAD_REPORT_S - time.monotonic())
 
     def _report_if_emptied(self) -> None:
         """The queue settled its last message: say so to the scheduler now, not at the next
         report (a report of work that outlives it made ``adapt`` start a worker for nothing)."""
-        if self._reported_work and not self._core.stats().pending:
+        if self._reported_work and not self._core.pending:
             self._report_load()
 
     def _report_load(self, *, closing: bool = False) -> None:
