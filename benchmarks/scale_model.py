@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import pickle
@@ -83,11 +84,14 @@ def count_scheduler_messages(dask_scheduler: Any = None) -> bool:
     dask_scheduler._dq_counts = counts
 
     def counted(op: str, fn: Any) -> Any:
+        # functools.wraps: the server passes ``comm`` to a handler whose signature has it
         if asyncio.iscoroutinefunction(fn):
+            @functools.wraps(fn)
             async def wrapper(*a: Any, **k: Any) -> Any:
                 counts[op] = counts.get(op, 0) + 1
                 return await fn(*a, **k)
         else:
+            @functools.wraps(fn)
             def wrapper(*a: Any, **k: Any) -> Any:  # type: ignore[misc]
                 counts[op] = counts.get(op, 0) + 1
                 return fn(*a, **k)
@@ -108,8 +112,25 @@ def scheduler_sample(dask_scheduler: Any = None) -> dict:
 # -- part: put ---------------------------------------------------------------------------------
 
 
+def tree_cpu() -> float:
+    """CPU seconds of this process and its live children (a consumer's child process)."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
 def workers_cpu(client: Any) -> float:
-    return sum(client.run(process_cpu).values())
+    """CPU seconds of every worker process and their children: CPU, not wall time, is what
+    this shared machine lets us measure fairly (wall time stretches with others' load)."""
+    return sum(client.run(tree_cpu).values())
 
 
 def part_put(client: Any, args: Any) -> dict:
@@ -142,11 +163,13 @@ def part_queue(client: Any, args: Any) -> dict:
             qp.put_many(range(batch * calls))
             res = [r for r in client.run(drain_in_process, handle.key, batch, calls).values() if r]
             r = res[0]
+            pairs = max(1, r["messages"] / batch)
             fig = {"batch": batch, **r, "per_s": r["messages"] / r["seconds"],
-                   "us_per_call_pair": 1e6 * r["seconds"] / max(1, r["messages"] / batch)}
+                   "cpu_per_s": r["messages"] / r["cpu_s"] if r["cpu_s"] else None,
+                   "us_per_call_pair": 1e6 * r["seconds"] / pairs, "cpu_us_per_call_pair": 1e6 * r["cpu_s"] / pairs}
             out[f"in-process, batch {batch}"] = fig
-            log(f"  queue in-process, batches of {batch}: {fig['per_s']:,.0f} messages/s, "
-                f"{fig['us_per_call_pair']:.1f} us per get_batch+settle")
+            log(f"  queue in-process, batches of {batch}: {fig['per_s']:,.0f} messages/s wall, "
+                f"{fig['cpu_us_per_call_pair']:.1f} us CPU ({fig['us_per_call_pair']:.1f} wall) per get_batch+settle")
         # The same from another process: what a remote consumer's two calls cost the queue.
         from daskqueue.serialize import decode_delivery, encode_settle
 
@@ -154,7 +177,7 @@ def part_queue(client: Any, args: Any) -> dict:
         qp.put_many(range(calls))
         results = pickle.dumps([None])
         w0, t0 = workers_cpu(client), time.perf_counter()
-        for _ in range(calls):
+        for _ in range(calls):  # (the wall time includes the client's own share)
             blob = handle.get_batch(1, 0.0, "drainer").result()
             lease_id, _, _ = decode_delivery(blob)
             handle.settle(lease_id, encode_settle(1, {}, set(), results)).result()
@@ -177,22 +200,26 @@ def part_consumer(client: Any, args: Any) -> dict:
         n = min(args.n, batch * args.batches)
         with daskqueue_pools(client, batch_size=batch, isolation=args.isolation) as (qp, cp):
             qp.map(tasks.noop, range(min(n, 1000)))
-            t0 = time.perf_counter()
+            # the workers' CPU (queue + consumer + its child) per batch: CPU, not wall time,
+            # because others' load stretches wall time on this shared machine
+            w0, c0, t0 = workers_cpu(client), time.process_time(), time.perf_counter()
             qp.map(tasks.noop, range(n))
             s = time.perf_counter() - t0
+            w, c = workers_cpu(client) - w0, time.process_time() - c0
         n_batches = n / batch
-        consumers = len(client.scheduler_info(n_workers=-1)["workers"])
-        per_batch_ms = 1000 * s * consumers / n_batches  # each consumer's time per batch
+        per_batch_ms = 1000 * w / n_batches
         points.append((batch, per_batch_ms))
-        out[f"batch {batch}"] = {"tasks": n, "seconds": s, "per_s": n / s, "ms_per_batch_per_consumer": per_batch_ms}
-        log(f"  consumer, batches of {batch}: {n / s:,.0f} tasks/s, {per_batch_ms:.3f} ms per batch per consumer")
+        out[f"batch {batch}"] = {"tasks": n, "seconds": s, "per_s": n / s, "workers_cpu_ms_per_batch": per_batch_ms,
+                                 "client_cpu_us_per_task": 1e6 * c / n}
+        log(f"  consumer, batches of {batch}: {n / s:,.0f} tasks/s wall, workers' CPU {per_batch_ms:.3f} ms "
+            f"per batch, client CPU {1e6 * c / n:.2f} us per task")
     # least squares of per_batch = a + b * size
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
     a = my - b * mx
     out["fit"] = {"per_batch_ms": points[0][1] - b, "per_task_us": 1000 * b, "least_squares_a_ms": a}
-    log(f"  consumer fit: {out['fit']['per_batch_ms']:.3f} ms per batch (from batches of 1), "
+    log(f"  consumer fit (workers' CPU): {out['fit']['per_batch_ms']:.3f} ms per batch (from batches of 1), "
         f"{out['fit']['per_task_us']:.2f} us per task")
     return out
 
@@ -282,11 +309,16 @@ def part_control(args: Any) -> dict:
         log(f"  idle, no daskqueue: {_brief(out['idle, no daskqueue'])}")
         from daskqueue import ConsumerPool, QueuePool
 
-        t0 = time.perf_counter()
-        qp = QueuePool(client, n_queues=args.big_queues)
-        cp = ConsumerPool(client, qp, isolation="thread")
-        cp.start()
-        out["start_pools_s"] = time.perf_counter() - t0
+        pools: list[Any] = []
+
+        def start() -> None:
+            pools.append(QueuePool(client, n_queues=args.big_queues))
+            pools.append(ConsumerPool(client, pools[0], isolation="thread"))
+            pools[1].start()
+
+        out["starting the pools"] = window(client, workers_pid, during=start)
+        log(f"  starting {args.big_queues} queues + {n} consumers: {_brief(out['starting the pools'])}")
+        qp, cp = pools
         try:
             time.sleep(2)
             out["idle, with pools"] = window(client, workers_pid, args.idle_s)
