@@ -206,12 +206,17 @@ def part_consumer(client: Any, args: Any) -> dict:
         n = min(args.n, batch * args.batches)
         with daskqueue_pools(client, batch_size=batch, isolation=args.isolation) as (qp, cp):
             qp.map(tasks.noop, range(min(n, 1000)))
+            if batch == 1:  # the idle pools' CPU (heartbeats, idle long polls), subtracted
+                w0, t0 = workers_cpu(client), time.perf_counter()
+                time.sleep(args.idle_s / 2)
+                idle_per_s = (workers_cpu(client) - w0) / (time.perf_counter() - t0)
+                out["workers_idle_cpu_frac"] = idle_per_s
             # the workers' CPU (queue + consumer + its child) per batch: CPU, not wall time,
             # because others' load stretches wall time on this shared machine
             w0, c0, t0 = workers_cpu(client), time.process_time(), time.perf_counter()
             qp.map(tasks.noop, range(n))
             s = time.perf_counter() - t0
-            w, c = workers_cpu(client) - w0, time.process_time() - c0
+            w, c = workers_cpu(client) - w0 - idle_per_s * s, time.process_time() - c0
         n_batches = n / batch
         per_batch_ms = 1000 * w / n_batches
         points.append((batch, per_batch_ms))
