@@ -37,6 +37,17 @@ PREFETCH_BATCHES: int = 1
 #: Threads per consumer that run user code.
 MAX_CONCURRENCY: int = 1
 
+#: The default number of queues of a transient ``QueuePool`` (``n_queues=None``) follows the
+#: scale model in benchmarks/README.md ("Issue 24: peers"): every busy run slot of a consumer
+#: makes about two calls (``get_batch`` + ``settle``) per ``TARGET_BATCH_S`` of work, one
+#: queue should serve at most ``QUEUE_CALLS_PER_S`` of them (about half of what one queue
+#: actor's process served remote consumers on the 2-core benchmark machine), and the client
+#: polls every queue for outcomes each round, so the default stops at ``MAX_DEFAULT_QUEUES``
+#: (more is for ``n_queues=`` or ``add_queues``). 2 workers x 1 thread: 1 queue; 32 x 1: 2;
+#: 100 x 32: 32.
+QUEUE_CALLS_PER_S: float = 1000.0
+MAX_DEFAULT_QUEUES: int = 32
+
 #: How often ``join`` and ``map`` poll the queues for progress and results.
 POLL_INTERVAL_S: float = 0.05
 

@@ -4,6 +4,7 @@ arguments derive. The defaults live in ``daskqueue/defaults.py``; ``QueuePool`` 
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping
@@ -15,7 +16,7 @@ from daskqueue.queue.policy import Scheduler, TypePolicy
 from daskqueue.segment.format import CHUNK_HEADER, FILE_HEADER, LOG_RECORD_HEADER, PAYLOAD_OFFSET
 from daskqueue.validate import check_choice, check_number
 
-__all__ = ["PoolConfig", "Durability", "FsyncPolicy", "CHUNK_RECORD_OVERHEAD"]
+__all__ = ["PoolConfig", "Durability", "FsyncPolicy", "CHUNK_RECORD_OVERHEAD", "default_n_queues"]
 
 Durability = Literal["transient", "durable"]
 FsyncPolicy = Literal["always", "interval", "never"]
@@ -26,6 +27,16 @@ FsyncPolicy = Literal["always", "interval", "never"]
 CHUNK_RECORD_OVERHEAD: int = (
     FILE_HEADER.size + LOG_RECORD_HEADER.size + CHUNK_HEADER.size + 2 * PAYLOAD_OFFSET.size
 )
+
+
+def default_n_queues(slots: int) -> int:
+    """How many queues a transient pool gets when ``n_queues`` is not given, for a cluster of
+    ``slots`` worker threads in all (the scale model, ``defaults.QUEUE_CALLS_PER_S``): enough
+    that each queue serves at most ``QUEUE_CALLS_PER_S`` consumer calls per second when every
+    slot runs batches of ``TARGET_BATCH_S``, at least 1, at most ``MAX_DEFAULT_QUEUES``.
+    A cluster with no worker yet (adaptive, a batch system) gets 1: ``add_queues`` adds more."""
+    calls_per_s = max(0, slots) * 2 / defaults.TARGET_BATCH_S
+    return max(1, min(defaults.MAX_DEFAULT_QUEUES, math.ceil(calls_per_s / defaults.QUEUE_CALLS_PER_S)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ from daskqueue.membership import forget, membership
 from daskqueue.errors import ConfigurationError, QueueClosedError, StoreLockedError
 from daskqueue.outcomes import Outcomes
 from daskqueue.queue.base import QueueStats
-from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig
+from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig, default_n_queues
 from daskqueue.queue.actors import NO_WORKERS_HINT, Unplaced, actor_args, can_grow, queue_kwargs, start_actors
 from daskqueue.queue.directory import removed_queues
 from daskqueue.queue.follow import Follower
@@ -79,6 +79,9 @@ class QueuePool(QueuePool020, PoolSettings, Submitting, Taking, QueuePoolAsync, 
 
     Parameters (all but ``client`` and ``n_queues`` keyword-only):
 
+    * ``n_queues``: ``None`` (default) picks it from the cluster's worker threads when the pool
+      is made (``daskqueue.queue.config.default_n_queues``: 1 up to 25 threads, then one more
+      per 25, at most 32; a durable pool 1); see benchmarks/README.md, "Issue 24: peers".
     * ``durability``: ``"transient"`` (in worker memory, lost with the worker) or
       ``"durable"`` (on disk under ``dirpath``, one directory per queue; a new pool on the
       same ``dirpath``, in this or a new cluster, recovers every queue). The workers must see
@@ -119,7 +122,7 @@ class QueuePool(QueuePool020, PoolSettings, Submitting, Taking, QueuePoolAsync, 
     def __init__(
         self,
         client: Client,
-        n_queues: int = 1,
+        n_queues: int | None = None,
         *,
         durability: Durability = "transient",
         lease_timeout_s: float = defaults.LEASE_TIMEOUT_S,
@@ -146,6 +149,10 @@ class QueuePool(QueuePool020, PoolSettings, Submitting, Taking, QueuePoolAsync, 
         if not isinstance(client, Client):
             raise ConfigurationError(f"client must be a distributed.Client, got {type(client).__name__}")
         durability = self._accept_020_durability(durability)
+        if n_queues is None:  # the scale model's default (config.default_n_queues); a durable
+            # pool's count is on its disk, so a reopen with the default finds it as it was
+            n_queues = 1 if durability == "durable" else default_n_queues(
+                sum(w.get("nthreads", 1) for w in client.scheduler_info(n_workers=-1)["workers"].values()))
         self.config = PoolConfig.from_options(
             n_queues, durability=durability, lease_timeout_s=lease_timeout_s, max_retries=max_retries,
             retry_backoff_base_s=retry_backoff_base_s, retry_backoff_max_s=retry_backoff_max_s,

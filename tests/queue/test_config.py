@@ -75,3 +75,19 @@ def test_check_choice_and_optional_str_name_the_value():
     assert check_optional_str("type", None) is None
     with pytest.raises(ConfigurationError, match="type must be a str or None, got 7"):
         check_optional_str("type", 7)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("slots, queues", [
+    (0, 1),      # no worker yet (adaptive cluster): one queue, more with add_queues
+    (2, 1),      # the 2 x 1 test and benchmark clusters keep their single queue
+    (25, 1),     # 25 slots x 40 calls/s = 1,000 calls/s: one queue's share
+    (26, 2),
+    (32, 2),     # 32 workers x 1 thread
+    (3200, 32),  # 100 workers x 32 threads: capped (the client polls every queue)
+    (32000, 32),
+])
+def test_the_default_queue_count_follows_the_scale_model(slots, queues):
+    from daskqueue.queue.config import default_n_queues
+
+    assert default_n_queues(slots) == queues
