@@ -359,9 +359,11 @@ def main() -> None:
     measures = args.measures.split(",")
     rounds: list[dict[str, dict]] = []
     for k in range(args.rounds):
-        order = systems[k % len(systems):] + systems[:k % len(systems)]
-        if k % 2:
-            order.reverse()
+        # even rounds in the given order, odd ones reversed (so the first goes last), each
+        # rotated one further every two rounds
+        base = systems[::-1] if k % 2 else list(systems)
+        r = (k // 2) % len(systems)
+        order = base[r:] + base[:r]
         log(f"round {k + 1}/{args.rounds}: {', '.join(order)}")
         rounds.append({s: run_system(s, args, measures) for s in order})
     print()
