@@ -124,6 +124,14 @@ def stages_of(sample: dict[str, float], records: list[tuple[str, str, float, boo
         out["5-7 consumer: delivery -> the task starts (thread)"] = ms(got, started)
         out["8 consumer: task start -> settle reaches the queue"] = ms(started, settle_in)
     out["9 queue: settle"] = ms(settle_in, settle_out)
+    # The client's outcome poll runs beside the consumer's path: when did the poll that
+    # answered reach the queue, after the put was done (compare with the settle's end)?
+    fo_in = max((t for lab, k, t, _ in records if lab == "q.fetch_outcomes" and k == "in" and t <= fo_out),
+                default=None)
+    if fo_in is not None:
+        out["a put done -> the client's outcome poll reaches the queue"] = ms(put_out, fo_in)
+        out["b put done -> settle done (the consumer's path)"] = ms(put_out, settle_out)
+        out["c the poll waited for the settle (1) or the settle for the poll (0)"] = float(fo_in < settle_out)
     out["10 settle done -> the client's outcome poll answers"] = ms(settle_out, fo_out)
     out["11 outcome answer back in the client (result returns)"] = ms(fo_out, t1)
     out["total submit -> result"] = ms(t0, t1)
@@ -139,9 +147,11 @@ def calls_in(records: list[tuple[str, str, float, bool]], t0: float, t1: float) 
     return counts
 
 
-def _order(stage: str) -> tuple[bool, int]:
-    """Stages in path order ("5-7 ..." sorts as 5), the total last."""
-    return stage.startswith("total"), int(stage.split()[0].split("-")[0]) if stage[0].isdigit() else 0
+def _order(stage: str) -> tuple[int, int | str]:
+    """Stages in path order ("5-7 ..." sorts as 5), the total, then the lettered overlaps."""
+    if stage[0].isdigit():
+        return 0, int(stage.split()[0].split("-")[0])
+    return (1, 0) if stage.startswith("total") else (2, stage)
 
 
 def main() -> None:
@@ -195,6 +205,9 @@ def main() -> None:
     for name in sorted(per_stage, key=_order):
         v = per_stage[name]
         med = statistics.median(v)
+        if name.startswith("c "):  # a 0/1 flag: its mean is the share of samples
+            lines.append([name, f"{statistics.mean(v):.2f} of samples", "", ""])
+            continue
         lines.append([name, f"{med:.3f}", f"{common.percentile(v, 90):.3f}", f"{100 * med / total:.0f}%"])
     print(common.render_table(header, lines, markdown=True))
     print()

@@ -180,19 +180,20 @@ def part_queue(client: Any, args: Any) -> dict:
         w0, t0 = workers_cpu(client), time.perf_counter()
         time.sleep(args.idle_s / 2)
         idle_per_s = (workers_cpu(client) - w0) / (time.perf_counter() - t0)
-        w0, t0 = workers_cpu(client), time.perf_counter()
+        w0, t0, c0 = workers_cpu(client), time.perf_counter(), time.process_time()
         for _ in range(calls):  # (the wall time includes the client's own share)
             blob = handle.get_batch(1, 0.0, "drainer").result()
             lease_id, _, _ = decode_delivery(blob)
             handle.settle(lease_id, encode_settle(1, {}, set(), results)).result()
-        s, w = time.perf_counter() - t0, workers_cpu(client) - w0
+        s, w, c = time.perf_counter() - t0, workers_cpu(client) - w0, time.process_time() - c0
         w -= idle_per_s * s
         fig = {"calls": 2 * calls, "seconds": s, "round_trips_per_s": 2 * calls / s,
-               "workers_cpu_us_per_call": 1e6 * w / (2 * calls), "workers_idle_cpu_frac": idle_per_s}
+               "workers_cpu_us_per_call": 1e6 * w / (2 * calls), "workers_idle_cpu_frac": idle_per_s,
+               "client_cpu_us_per_call": 1e6 * c / (2 * calls)}
         out["remote, batch 1"] = fig
         log(f"  queue remote, batches of 1: {fig['round_trips_per_s']:,.0f} calls/s from the client, "
             f"{fig['workers_cpu_us_per_call']:.0f} us of the workers' CPU per call (idle "
-            f"{100 * idle_per_s:.1f}% subtracted)")
+            f"{100 * idle_per_s:.1f}% subtracted); the client's CPU {fig['client_cpu_us_per_call']:.0f} us per call")
     return out
 
 
