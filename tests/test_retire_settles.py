@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from daskqueue import ConsumerPool, QueuePool
+from daskqueue.consumer.calls import QueueCalls
 from daskqueue.consumer.general import GeneralConsumer
+from daskqueue.queue.handles import free_actor, queue_ref
 from tests import tasks
 from tests.helpers import wait_until
 
@@ -66,3 +68,42 @@ def test_leases_fetched_ahead_of_a_retired_queue_are_settled_at_its_successor(cl
     assert all(s.total_retried == 0 and s.total_worker_lost == 0 for s in qp.stats())
     cp.close()
     qp.close()
+
+
+class Named:
+    """A tiny actor standing in for a queue: answers ``stats`` with its name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def stats(self) -> str:
+        return self.name
+
+
+async def _settle_while_told_of_the_move(old_ref: Any, new_ref: Any) -> str:
+    """On a worker: a consumer's call goes to the old actor, and the pool's word of the move
+    arrives before its answer does."""
+    calls = QueueCalls({0: old_ref})
+    calls.bind()
+    call = asyncio.ensure_future(calls.call_moving(0, "stats"))
+    await asyncio.sleep(0)  # the call is made with the old handle
+    calls.move(0, new_ref)
+    return await call
+
+
+@pytest.mark.timeout(120)
+def test_a_call_that_reaches_a_freed_actor_after_the_move_is_made_again_at_the_successor(cluster_factory):
+    cluster, client = cluster_factory(2)
+    here, there = sorted(client.scheduler_info()["workers"])
+    old = client.submit(Named, "old", actor=True, workers=[here])
+    new = client.submit(Named, "new", actor=True, workers=[there])
+    old_handle, new_handle = old.result(), new.result()
+    old_ref, new_ref = queue_ref(old_handle), queue_ref(new_handle)
+    free_actor(old, old_handle)  # as the pool frees a queue's old actor after a hand-off
+    del old, old_handle
+    key = old_ref[2]
+    wait_until(lambda: not any(client.run(lambda dask_worker: key in dask_worker.state.actors).values()))
+
+    answer = client.submit(_settle_while_told_of_the_move, old_ref, new_ref, workers=[there], pure=False)
+
+    assert answer.result(timeout=60) == "new"
