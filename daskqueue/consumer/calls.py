@@ -161,7 +161,7 @@ class QueueCalls:
         lost = asyncio.ensure_future(self._until_lost(address))
         watches = {call, lost}
         moved = None
-        if moved_from is not None:
+        if moved_from is not None and self._moved_event is not None:  # (bound: started)
             moved = asyncio.ensure_future(self._until_moved(slot, moved_from))
             watches.add(moved)
         try:
