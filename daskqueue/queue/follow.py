@@ -360,15 +360,10 @@ class Follower:
 
     def install(self, q: int, handle: Any, future: Any) -> None:
         """Queue ``q`` lives at ``handle`` from now on: route there, point every consumer
-        there, and only then free the old actor (its worker may then retire).
-
-        The order matters for a hand-off: until a consumer knows where the queue went, its
-        settlements of leases it took from the old actor go there, which refuses them with
-        ``QueueHandedOffError`` and the consumer makes them again at the successor once
-        told. Freed first, the old actor's worker could retire before that, and a
-        settlement sent there meanwhile was lost: its lease expired at the successor, which
-        ran the task again (each consumer's ``set_queue`` is bounded by
-        ``CONTROL_CALL_TIMEOUT_S``, so a slow one delays the retirement no longer)."""
+        there, and only then free the old actor (its worker may then retire): until told, a
+        consumer settles its leases of a handed-off queue at the old actor, which refuses
+        them for the consumer to repeat at the successor; gone, a settlement was lost and
+        its task ran again (each ``set_queue`` waits at most ``CONTROL_CALL_TIMEOUT_S``)."""
         if self.pool.closed:  # closed meanwhile: the new actor must not keep the directory locked
             self._discard(q, handle, future)
             self._give_up(q)
