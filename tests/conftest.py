@@ -89,7 +89,9 @@ def client(request, cluster, _shared_client):
 def _restore_shared_workers(cluster, client, *, before=None, after=None):
     """Give the shared cluster its ``SHARED_WORKERS`` workers back if it lacks some (with a
     warning); return their addresses."""
-    workers = set(client.scheduler_info(n_workers=-1)["workers"])
+    # Asked of the scheduler: Client.scheduler_info() answers from a cache that the client's
+    # periodic refresh (n_workers=0) can leave without workers, which read as "0 workers".
+    workers = set(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
     if len(workers) == SHARED_WORKERS:
         return workers
     where = f"after {after}" if after else f"before {before}"
@@ -97,7 +99,7 @@ def _restore_shared_workers(cluster, client, *, before=None, after=None):
                   stacklevel=2)
     cluster.scale(SHARED_WORKERS)
     client.wait_for_workers(SHARED_WORKERS, timeout=60)
-    return set(client.scheduler_info(n_workers=-1)["workers"])
+    return set(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
 
 
 @pytest.fixture

@@ -60,6 +60,7 @@ class QueueCalls:
         self._bound = False
         self._dead: set[str] = set()
         self._lost_event: asyncio.Event | None = None
+        self._moved_event: asyncio.Event | None = None  # set (and renewed) when a queue moves
         self._late: set[asyncio.Task[None]] = set()  # answers awaited after their call gave up
         self._waiting: dict[int, int] = {}  # slot -> calls waiting there (wait_s > 0), see end_waits
 
@@ -70,6 +71,7 @@ class QueueCalls:
         self.queues = {i: bind_local(q) for i, q in handles.items()}
         self._bound = True
         self._lost_event = asyncio.Event()
+        self._moved_event = asyncio.Event()
         return any(self.queues[i] is not h for i, h in handles.items())
 
     def unbind(self) -> None:
@@ -80,6 +82,7 @@ class QueueCalls:
         """The queues are now ``refs`` (queue index -> handle or ref)."""
         queues = {i: worker_handle(r) for i, r in refs.items()}
         self.queues = {i: bind_local(h) for i, h in queues.items()} if self._bound else queues
+        self._moved()
 
     def move(self, slot: int, ref: Any) -> None:
         """Queue ``slot`` moved to ``ref`` (reopened or handed off elsewhere)."""
@@ -87,6 +90,12 @@ class QueueCalls:
         self.queues[slot] = bind_local(handle) if self._bound else handle
         # A worker restarted on a fixed port comes back under the address it died with.
         self._dead.discard(getattr(handle, "_address", None))  # type: ignore[arg-type]
+        self._moved()
+
+    def _moved(self) -> None:
+        if self._moved_event is not None:
+            self._moved_event.set()
+            self._moved_event = asyncio.Event()
 
     def workers_lost(self, addresses: list[str]) -> None:
         """Give up calls in flight to queues on ``addresses``, and fail later ones at once."""
@@ -97,7 +106,8 @@ class QueueCalls:
 
     async def call(self, slot: int, method: str, *args: Any, wait_s: float = 0.0,
                    deadline_s: float | None = None,
-                   on_late: Callable[[Any], Awaitable[None]] | None = None) -> Any:
+                   on_late: Callable[[Any], Awaitable[None]] | None = None,
+                   until_moved: bool = False) -> Any:
         """``method(*args)`` of the queue in ``slot``. A remote call is given up (raising
         :class:`QueueLostError`) as soon as its worker is reported lost, or after
         ``deadline_s`` (default ``wait_s + REMOTE_CALL_TIMEOUT_S``), raising
@@ -105,7 +115,10 @@ class QueueCalls:
 
         Giving up does not stop the call at the queue: with ``on_late``, the answer of a
         call given up at its deadline is still awaited (for ``LATE_ANSWER_WAIT_S`` more,
-        until ``close_late``) and handed to ``on_late`` (a fetch gives its lease back so)."""
+        until ``close_late``) and handed to ``on_late`` (a fetch gives its lease back so).
+        With ``until_moved``, a remote call is also given up as soon as the queue in
+        ``slot`` moves (see ``call_moving``), raising :class:`_MovedMeanwhile`."""
+        queue = self.queues.get(slot)
         call, address = self._start(slot, method, args)
         if wait_s > 0:
             self._waiting[slot] = self._waiting.get(slot, 0) + 1
@@ -113,7 +126,8 @@ class QueueCalls:
             if address is None:
                 return await call
             return await self._within(call, slot, address, method,
-                                      wait_s + REMOTE_CALL_TIMEOUT_S if deadline_s is None else deadline_s, on_late)
+                                      wait_s + REMOTE_CALL_TIMEOUT_S if deadline_s is None else deadline_s, on_late,
+                                      moved_from=queue if until_moved else None)
         finally:
             if wait_s > 0:
                 self._waiting[slot] -= 1
@@ -142,15 +156,29 @@ class QueueCalls:
         return getattr(queue, method)(*args), address
 
     async def _within(self, call: Any, slot: int, address: str, method: str, deadline_s: float,
-                      on_late: Callable[[Any], Awaitable[None]] | None) -> Any:
+                      on_late: Callable[[Any], Awaitable[None]] | None, *, moved_from: Any = None) -> Any:
         call = asyncio.ensure_future(call)
         lost = asyncio.ensure_future(self._until_lost(address))
+        watches = {call, lost}
+        moved = None
+        if moved_from is not None and self._moved_event is not None:  # (bound: started)
+            moved = asyncio.ensure_future(self._until_moved(slot, moved_from))
+            watches.add(moved)
         try:
-            done, _ = await asyncio.wait({call, lost}, timeout=deadline_s, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(watches, timeout=deadline_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
             lost.cancel()
+            if moved is not None:
+                moved.cancel()
         if call in done:
             return call.result()
+        if moved is not None and moved in done:
+            # The old actor refuses every call once its hand-off is final, and a call it
+            # took before is in the state it handed over: nothing is lost by making this
+            # one again at the successor. (A call to an actor its worker no longer holds
+            # is never answered: Dask's actor proxy drops the KeyError.)
+            call.cancel()
+            raise _MovedMeanwhile(slot)
         if lost in done or on_late is None:
             call.cancel()
         else:
@@ -177,18 +205,58 @@ class QueueCalls:
 
     async def call_moving(self, slot: int, method: str, *args: Any, deadline_s: float | None = None) -> Any:
         """``call``, made again where the queue moved if it handed itself off meanwhile
-        (its worker retires): the lease went with it, so the settlement still counts."""
+        (its worker retires): the lease went with it, so the settlement still counts.
+
+        Also made again there when the pool says where the queue went while the call is
+        still unanswered, or when it failed because the old actor is gone and the pool
+        said so meanwhile: a call sent just before the consumer learned of the move can
+        reach the old worker after its actor was freed (and is then never answered)."""
         for _ in range(2):
             queue = self.queues[slot]
             try:
-                return await self.call(slot, method, *args, deadline_s=deadline_s)
+                return await self.call(slot, method, *args, deadline_s=deadline_s, until_moved=True)
+            except _MovedMeanwhile:
+                logger.debug("queue %d moved while %s was under way; making it again there", slot, method)
             except QueueHandedOffError:
                 deadline = time.monotonic() + defaults.MOVE_WAIT_S
                 while self.queues[slot] is queue and time.monotonic() < deadline:
                     await asyncio.sleep(0.02)  # until the pool says where it moved (move)
+            except (QueueLostError, OSError, KeyError) as e:
+                if _same_actor(self.queues.get(slot), queue) or not _actor_gone(e, queue):
+                    raise
+                logger.debug("queue %d: %s reached its old actor, which is gone (%s: %s); making it "
+                             "again where the queue moved", slot, method, type(e).__name__, e)
         return await self.call(slot, method, *args, deadline_s=deadline_s)
+
+    async def _until_moved(self, slot: int, queue: Any) -> None:
+        while _same_actor(self.queues.get(slot), queue):
+            assert self._moved_event is not None
+            await self._moved_event.wait()
 
     async def _until_lost(self, address: str) -> None:
         while address not in self._dead:
             assert self._lost_event is not None
             await self._lost_event.wait()
+
+
+def _same_actor(a: Any, b: Any) -> bool:
+    """Whether two of the consumer's queue handles call the same actor (``replace`` makes
+    new handles for queues that did not move)."""
+    if a is b:
+        return True
+    key = getattr(a, "key", None)
+    return key is not None and key == getattr(b, "key", None) and getattr(a, "_address", None) == getattr(
+        b, "_address", None)
+
+
+def _actor_gone(error: BaseException, queue: Any) -> bool:
+    """Whether ``error``, raised by a call to ``queue``, says that the actor is not there any
+    more: its worker left (lost, or unreachable) or no longer holds it (Dask raises a
+    ``KeyError`` of the actor's key)."""
+    if isinstance(error, (QueueLostError, OSError)):
+        return True
+    return isinstance(error, KeyError) and error.args[:1] == (getattr(queue, "key", None),)
+
+
+class _MovedMeanwhile(Exception):
+    """A call given up because its queue moved meanwhile (see ``QueueCalls.call_moving``)."""

@@ -81,7 +81,8 @@ class RunSlots:
         self.process: Any = None
         self.inflight: dict[tuple[int, int], Batch] = {}  # (slot, lease_id) -> batch
         self.abandoned = 0  # batches left to a thread that ignored its time limit
-        self.stop_requested = False  # stops the fetch loops
+        self._stop_requested = False
+        self._stopping = asyncio.Event()  # set with stop_requested: wakes batches waiting for a thread
         self.loop_task: asyncio.Task[None] | None = None
         self._reserved_task: asyncio.Task[None] | None = None
         self._extender: asyncio.Task[None] | None = None
@@ -95,6 +96,20 @@ class RunSlots:
         self.durations = DurationEstimates()  # measured always: a guard may come later
         self.walltime: WalltimeGuard | None = None  # set once the worker's end is known
         self.given_back = 0  # batches given back unrun because they would end too late
+
+    @property
+    def stop_requested(self) -> bool:
+        """Set to stop the fetch loops; batches fetched ahead that have no run thread yet
+        are then given back unrun at once (see ``_run_and_settle``)."""
+        return self._stop_requested
+
+    @stop_requested.setter
+    def stop_requested(self, value: bool) -> None:
+        self._stop_requested = value
+        if value:
+            self._stopping.set()
+        else:
+            self._stopping = asyncio.Event()
 
     def held(self) -> list[tuple[int, int]]:
         """The ``(slot, lease_id)`` of every batch fetched and not settled yet."""
@@ -236,10 +251,19 @@ class RunSlots:
         return not self.walltime.fits(time.time(), counts)
 
     async def _run_and_settle(self, batch: Batch, slots: asyncio.Semaphore) -> None:
+        threads = self._threads_reserved if batch.reserved else self._threads
         try:
             # A batch fetched ahead waits here for a run thread, not in the thread pool: when
             # it gets one, it is known when it starts, and whether it still ends in time.
-            async with self._threads_reserved if batch.reserved else self._threads:
+            if not await self._thread_unless_stopping(threads):
+                # The consumer stops (its worker retires, its pool closes) before this batch
+                # started: give it back now, not once the batches running ahead of it end, so
+                # that its messages run elsewhere and the consumer leaves sooner.
+                logger.debug("consumer %d: stopping; giving lease %d (%d items) back unrun", self.index,
+                             batch.lease_id, batch.count)
+                await self._settler.give_back(batch.queue_slot, batch.lease_id)
+                return
+            try:
                 if self._too_late(batch):
                     # Before any early ack: unrun, it goes back to the front of its queue with
                     # no attempt counted, for a consumer that has the time.
@@ -259,6 +283,8 @@ class RunSlots:
                 self.durations.observe(outcome.done, run_s, (s.type for s in batch.segments))
                 if not batch.reserved:
                     self._sizer.observe(outcome.done, run_s, (s.type for s in batch.segments))
+            finally:
+                threads.release()
             if self.config.early_ack:
                 await self._settler.record(batch, outcome)
             else:
@@ -276,6 +302,27 @@ class RunSlots:
         finally:
             del self.inflight[(batch.queue_slot, batch.lease_id)]
             slots.release()
+
+    async def _thread_unless_stopping(self, threads: asyncio.Semaphore) -> bool:
+        """Acquire ``threads`` (True), unless the consumer stops first (False, not acquired).
+        A batch that gets its thread as the stop comes runs: its items are halted anyway."""
+        if self._stop_requested:
+            return False
+        acquire = asyncio.ensure_future(threads.acquire())
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({acquire, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if acquire.done():
+            return True
+        acquire.cancel()
+        try:
+            await acquire
+        except asyncio.CancelledError:
+            return False
+        threads.release()  # acquired while being cancelled: give it back
+        return False
 
     async def _record_abandoned(self, batch: Batch) -> None:
         errors = {p: time_limit_error(batch, p) for p in range(batch.count)}

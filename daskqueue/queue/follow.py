@@ -359,8 +359,11 @@ class Follower:
         return direct_handles([handle], direct=direct)[0]
 
     def install(self, q: int, handle: Any, future: Any) -> None:
-        """Queue ``q`` lives at ``handle`` from now on: route there, free the old actor (its
-        worker may then retire), and point every consumer there."""
+        """Queue ``q`` lives at ``handle`` from now on: route there, point every consumer
+        there, and only then free the old actor (its worker may then retire): until told, a
+        consumer settles its leases of a handed-off queue at the old actor, which refuses
+        them for the consumer to repeat at the successor; gone, a settlement was lost and
+        its task ran again (each ``set_queue`` waits at most ``CONTROL_CALL_TIMEOUT_S``)."""
         if self.pool.closed:  # closed meanwhile: the new actor must not keep the directory locked
             self._discard(q, handle, future)
             self._give_up(q)
@@ -368,11 +371,13 @@ class Follower:
         resting = q in self.table.resting
         self.table.resting.discard(q)
         old_future, old_handle = self.table.replace(q, handle, future)
-        if old_future is not None and not resting:  # a resting queue's old actor was freed already
-            free_actor(old_future, old_handle)
         self.demand.withdraw(q)
-        for cp in self.pool.consumer_pools():
-            cp.on_queue_moved(q, handle)
+        try:
+            for cp in self.pool.consumer_pools():
+                cp.on_queue_moved(q, handle)
+        finally:
+            if old_future is not None and not resting:  # a resting queue's old actor was freed already
+                free_actor(old_future, old_handle)
         self.share_peers()
         registry.register_pool(self.pool)
 
