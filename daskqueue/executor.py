@@ -253,17 +253,24 @@ class _Driver:
         return kept
 
     def _poll(self) -> None:
+        if self.pool.closed:
+            self._fail_inflight(QueueClosedError(f"{self.pool!r} was closed with these calls in flight"))
+            return
         try:
             self.pool.poll_outcomes()
         except Exception as e:
-            if self.pool.closed or isinstance(e, _TERMINAL) or (
-                    isinstance(e, QueueLostError) and not isinstance(e, QueueMovedError)):
-                # Which queue held which call is not tracked: every call in flight fails.
-                logger.warning("executor on %r: failing %d calls in flight: %s", self.pool, self._inflight, e)
-                self._fail_inflight(e)
+            if self.pool.closed:
+                error: BaseException = QueueClosedError(f"{self.pool!r} was closed with these calls in flight")
+                error.__cause__ = e
+            elif isinstance(e, _TERMINAL) or (isinstance(e, QueueLostError) and not isinstance(e, QueueMovedError)):
+                error = e
             else:
                 logger.info("executor on %r: fetching outcomes failed (%s); trying again", self.pool, e)
                 time.sleep(defaults.POLL_INTERVAL_S)
+                return
+            # Which queue held which call is not tracked: every call in flight fails.
+            logger.warning("executor on %r: failing %d calls in flight: %s", self.pool, self._inflight, error)
+            self._fail_inflight(error)
 
     def _fail_inflight(self, error: BaseException) -> None:
         for claim in self._claims:

@@ -1,0 +1,219 @@
+"""``QueuePool.executor()``: a real ``concurrent.futures.Executor`` on a real cluster."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+
+import pytest
+
+from daskqueue import QueueClosedError, RemoteTaskError, SerializationError
+from daskqueue.executor import QueueExecutor
+from tests import executor_tasks as tasks
+from tests.helpers import wait_until
+from tests.tasks import Unpicklable
+
+
+@pytest.fixture
+def running(pools):
+    """A queue pool of 2 queues (no retries: a failure is final at once) with its consumers
+    started."""
+    qp = pools.queue(2, max_retries=0)
+    pools.consumer(qp).start()
+    return qp
+
+
+def executor_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("daskqueue-executor")]
+
+
+def hold_thread(ex):
+    """Block the executor's thread in a done-callback until the returned event is set, so
+    that what is submitted meanwhile stays unsent."""
+    release, held = threading.Event(), threading.Event()
+
+    def block(_):
+        held.set()
+        release.wait(10)
+
+    first = ex.submit(tasks.inc, 0)
+    first.add_done_callback(block)
+    assert held.wait(10)
+    return first, release
+
+
+@pytest.mark.timeout(30)
+def test_submit_gives_a_real_future_with_the_result(running):
+    with running.executor() as ex:
+        assert isinstance(ex, cf.Executor) and isinstance(ex, QueueExecutor)
+        future = ex.submit(tasks.add, 1, 2, z=3)
+        assert isinstance(future, cf.Future)
+        assert future.result(timeout=10) == 6
+        assert future.done() and not future.cancelled() and future.exception() is None
+
+
+@pytest.mark.timeout(30)
+def test_a_task_error_is_raised_as_its_own_type_with_the_remote_traceback(running):
+    with running.executor() as ex:
+        future = ex.submit(tasks.boom, 5)
+        with pytest.raises(ValueError, match="boom 5") as info:
+            future.result(timeout=10)
+    cause = info.value.__cause__
+    assert isinstance(cause, RemoteTaskError) and cause.exc_type == "ValueError"
+    # The worker's frames, in the chained error and on the rebuilt one.
+    assert "executor_tasks.py" in cause.remote_traceback and "in boom" in cause.remote_traceback
+    assert info.value.remote_traceback == cause.remote_traceback and info.value.task_id == cause.task_id
+    assert isinstance(future.exception(), ValueError)
+
+
+@pytest.mark.timeout(30)
+def test_an_error_that_cannot_be_rebuilt_or_original_errors_off_raises_remote_task_error(running):
+    with running.executor() as ex:
+        with pytest.raises(RemoteTaskError, match="TwoPartError") as info:
+            ex.submit(tasks.raise_two_part, 1).result(timeout=10)
+        assert "raise_two_part" in info.value.remote_traceback
+    with running.executor(original_errors=False) as ex:
+        with pytest.raises(RemoteTaskError, match="boom 1"):
+            ex.submit(tasks.boom, 1).result(timeout=10)
+
+
+@pytest.mark.timeout(30)
+def test_wait_and_as_completed_work_on_its_futures(running):
+    with running.executor() as ex:
+        slow = ex.submit(tasks.nap_then, "slow", 3.0)
+        quick = [ex.submit(tasks.inc, i) for i in range(20)]
+        done, not_done = cf.wait(quick + [slow], timeout=20, return_when=cf.FIRST_COMPLETED)
+        assert done and slow not in done
+        assert sorted(f.result() for f in cf.as_completed(quick, timeout=20)) == list(range(1, 21))
+        assert [f.result() for f in cf.as_completed([slow], timeout=20)] == ["slow"]
+        done, not_done = cf.wait(quick + [slow], timeout=20)
+        assert not not_done
+
+
+@pytest.mark.timeout(30)
+def test_done_callbacks_run_once_each_also_when_added_after_the_end(running):
+    seen = []
+    with running.executor() as ex:
+        futures = [ex.submit(tasks.inc, i) for i in range(10)]
+        for f in futures:
+            f.add_done_callback(lambda f: seen.append(f.result()))
+        wait_until(lambda: len(seen) == 10, timeout_s=20)
+        futures[0].add_done_callback(lambda f: seen.append("late"))  # runs at once, here
+    assert sorted(seen[:10]) == list(range(1, 11)) and seen[10:] == ["late"]
+
+
+@pytest.mark.timeout(30)
+def test_map_is_ordered_and_pulls_its_input_lazily(running):
+    pulled = []
+
+    def items(n):
+        for i in range(n):
+            pulled.append(i)
+            yield i
+
+    with running.executor() as ex:
+        results = ex.map(tasks.inc, items(200), buffersize=8)
+        assert len(pulled) == 8  # the window is sent at once, no more
+        first = [next(results) for _ in range(3)]
+        assert first == [1, 2, 3]
+        assert len(pulled) <= 8 + 3  # one more pulled per result taken
+        assert list(results) == list(range(4, 201))
+        assert len(pulled) == 200
+        # Uneven durations still come back in input order; several iterables zip.
+        assert list(ex.map(tasks.nap_then, [1, 2, 3], [0.6, 0.0, 0.3])) == [1, 2, 3]
+        assert list(ex.map(tasks.inc, range(50), chunksize=7)) == list(range(1, 51))
+
+
+@pytest.mark.timeout(30)
+def test_map_raises_the_failed_items_error_in_its_place_and_times_out(running):
+    with running.executor() as ex:
+        results = ex.map(tasks.fail_on, range(6), [3] * 6)
+        assert [next(results) for _ in range(3)] == [0, 1, 4]
+        with pytest.raises(ValueError, match="bad item 3"):
+            next(results)
+        with pytest.raises(TimeoutError):
+            list(ex.map(tasks.nap_then, [1], [5.0], timeout=0.5))
+
+
+@pytest.mark.timeout(30)
+def test_submissions_from_many_threads_are_sent_in_batches(running):
+    with running.executor() as ex:
+        out: list = []
+
+        def submitter(k):
+            out.extend(ex.submit(tasks.inc, k * 1000 + i) for i in range(200))
+
+        threads = [threading.Thread(target=submitter, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(f.result(timeout=20) for f in out) == sorted(k * 1000 + i + 1 for k in range(8)
+                                                                  for i in range(200))
+        sends, sent = ex.batching
+        assert sent == 1600 and sends <= sent // 4  # far fewer puts than submissions
+
+
+@pytest.mark.timeout(30)
+def test_an_unpicklable_call_fails_alone_its_batch_runs(running):
+    with running.executor() as ex:
+        first, release = hold_thread(ex)
+        good = [ex.submit(tasks.inc, i) for i in range(3)]
+        bad = ex.submit(tasks.inc, Unpicklable())
+        release.set()
+        with pytest.raises(SerializationError):
+            bad.result(timeout=10)
+        assert [f.result(timeout=10) for f in good] == [1, 2, 3]
+        assert first.result() == 1
+
+
+@pytest.mark.timeout(30)
+def test_cancel_succeeds_before_sending_and_honestly_fails_after(running):
+    with running.executor() as ex:
+        first, release = hold_thread(ex)
+        assert not first.cancel()  # sent (and done): too late
+        unsent = ex.submit(tasks.inc, 1)
+        assert unsent.cancel() and unsent.cancelled()
+        release.set()
+        sent = ex.submit(tasks.nap_then, "x", 1.0)
+        wait_until(sent.running, timeout_s=10)
+        assert not sent.cancel() and sent.result(timeout=10) == "x"
+        done, _ = cf.wait([unsent], timeout=5)  # a cancelled future counts as done for wait()
+        assert unsent in done
+
+
+@pytest.mark.timeout(30)
+def test_shutdown_waits_for_the_sent_calls_and_leaves_no_thread(running):
+    ex = running.executor()
+    futures = [ex.submit(tasks.nap_then, i, 0.2) for i in range(4)]
+    ex.shutdown(wait=True)
+    assert all(f.done() for f in futures) and [f.result() for f in futures] == [0, 1, 2, 3]
+    assert not executor_threads()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        ex.submit(tasks.inc, 1)
+    ex.shutdown()  # again: nothing to do
+
+
+@pytest.mark.timeout(30)
+def test_shutdown_with_cancel_futures_cancels_only_the_unsent(running):
+    ex = running.executor()
+    first, release = hold_thread(ex)
+    unsent = [ex.submit(tasks.inc, i) for i in range(5)]
+    ex.shutdown(wait=False, cancel_futures=True)
+    assert all(f.cancelled() for f in unsent)
+    release.set()
+    ex.shutdown(wait=True)
+    assert first.result() == 1 and not executor_threads()
+
+
+@pytest.mark.timeout(30)
+def test_closing_the_pool_fails_the_calls_in_flight_with_queue_closed(pools):
+    qp = pools.queue(1, max_retries=0)  # no consumers: nothing will run
+    ex = qp.executor()
+    future = ex.submit(tasks.inc, 1)
+    wait_until(future.running, timeout_s=10)
+    qp.close()
+    with pytest.raises(QueueClosedError):
+        future.result(timeout=10)
+    ex.shutdown(wait=True)
+    assert not executor_threads()
