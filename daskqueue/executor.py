@@ -11,8 +11,10 @@ neither submitting nor waiting costs an actor call per future:
   while a send is under way (from any number of threads) ride on the next one: the batch grows
   with the rate of submission, with no timer.
 * Outcomes are fetched in bulk (one ``fetch_outcomes`` call per queue per poll), and routed by
-  the pool's result collector straight to the futures of each send (a *claim*, as ``map``
-  uses), never through ``results()``: another caller taking results does not take these.
+  the pool's result collector straight to the futures of each send (a *claim* on the send's
+  ids, as ``map`` uses), not through ``results()``: a caller taking the pool's results does
+  not take these. (An outcome that another thread's poll fetched between the put's answer
+  and the claim is taken from the pool's results at once.)
   Polls back off from 1 ms to ``POLL_INTERVAL_S`` while nothing arrives, and stop while
   nothing is in flight (an idle executor makes no call).
 
@@ -37,8 +39,9 @@ from typing import Any, Callable, Iterable, Iterator
 import cloudpickle
 
 from daskqueue import defaults
-from daskqueue.errors import QueueClosedError, QueueLostError, QueueMovedError, SchedulerLostError
+from daskqueue.errors import QueueClosedError, QueueLostError, QueueMovedError, RemoteTaskError, SchedulerLostError
 from daskqueue.local_errors import local_error
+from daskqueue.messages import split_id
 from daskqueue.queue.encode import chunk_size, encode_calls
 from daskqueue.queue.options import put_options
 from daskqueue.queue.router import batch_count
@@ -108,6 +111,11 @@ class _Claim:
         self._done[position] = 1
         self.settled += 1
         return True
+
+    def drop(self, position: int) -> None:
+        """Position ``position`` has no outcome to come (its call was not stored)."""
+        with self._lock:
+            self._first(position)
 
     def abandon(self) -> list[Future]:
         """Ignore every outcome from now on; return the futures that had none."""
@@ -215,21 +223,51 @@ class _Driver:
             if not live:
                 return
             batches = self._encode([c for _, c in live])
-        claim = _Claim([f for f, _ in live], self._arrived)
+        futures = [f for f, _ in live]
         try:
             if self.pool.closed:
                 raise QueueClosedError(f"{self.pool!r} is closed")
-            self.pool.sender.send(batches, claim=claim, queue=self._route())
-        except Exception as e:  # what was stored may still run: its outcome is ignored
-            claim.abandon()
-            self.pool.collector.release(claim)
-            for future, _ in live:
-                future.set_exception(e)
-            return
-        self._claims.append(claim)
-        self._inflight += claim.n
+            ids = self.pool.sender.send(batches, n=len(futures), queue=self._route())
+            error = None
+        except Exception as e:  # part may be stored (it runs): those futures wait for it
+            ids, error = getattr(e, "stored_ids", None) or [None] * len(futures), e
+        claim = _Claim(futures, self._arrived)
+        for k, message_id in enumerate(ids):
+            if message_id is None:
+                claim.drop(k)
+                futures[k].set_exception(error)  # type: ignore[arg-type]
+        stored = claim.n - claim.settled
+        if stored:
+            self._claim(claim, ids)
+            self._claims.append(claim)
+            self._inflight += stored
         self.sends += 1
-        self.sent += claim.n
+        self.sent += stored
+
+    def _claim(self, claim: _Claim, ids: list[int | None]) -> None:
+        """Route the outcomes of ``ids`` to ``claim``. Registered after the put answered, so
+        an outcome fetched meanwhile by another thread's poll (another executor's, a
+        ``results()`` call) went to the pool's results: it is taken from there."""
+        collector = self.pool.collector
+        run: list[int] = []  # [queue, first seq, count, first position]
+        for position, message_id in enumerate(ids):
+            if message_id is None:
+                continue
+            q, seq = split_id(message_id)
+            if run and run[0] == q and run[1] + run[2] == seq and run[3] + run[2] == position:
+                run[2] += 1
+                continue
+            if run:
+                collector.claim(run[0], run[1], run[2], claim, run[3])
+            run = [q, seq, 1, position]
+        if run:
+            collector.claim(run[0], run[1], run[2], claim, run[3])
+        position_of = {i: k for k, i in enumerate(ids) if i is not None}
+        for message_id, value in collector.take(set(position_of)):
+            if isinstance(value, RemoteTaskError):
+                claim.fail(position_of[message_id], value)
+            else:
+                claim.succeed(position_of[message_id], [value])
 
     def _route(self) -> int | None:
         return self.pool.router.route(self.options.type, self.options.key)

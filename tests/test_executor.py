@@ -17,7 +17,8 @@ from tests.tasks import Unpicklable
 @pytest.fixture
 def running(pools):
     """A queue pool of 2 queues (no retries: a failure is final at once) with its consumers
-    started."""
+    started. (Starting consumers takes most of each test's time on a loaded machine, 6-14 s
+    measured: the timeouts leave room for it; the calls themselves take 0.1-5 s.)"""
     qp = pools.queue(2, max_retries=0)
     pools.consumer(qp).start()
     return qp
@@ -42,7 +43,7 @@ def hold_thread(ex):
     return first, release
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_submit_gives_a_real_future_with_the_result(running):
     with running.executor() as ex:
         assert isinstance(ex, cf.Executor) and isinstance(ex, QueueExecutor)
@@ -52,7 +53,7 @@ def test_submit_gives_a_real_future_with_the_result(running):
         assert future.done() and not future.cancelled() and future.exception() is None
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_a_task_error_is_raised_as_its_own_type_with_the_remote_traceback(running):
     with running.executor() as ex:
         future = ex.submit(tasks.boom, 5)
@@ -66,7 +67,7 @@ def test_a_task_error_is_raised_as_its_own_type_with_the_remote_traceback(runnin
     assert isinstance(future.exception(), ValueError)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_an_error_that_cannot_be_rebuilt_or_original_errors_off_raises_remote_task_error(running):
     with running.executor() as ex:
         with pytest.raises(RemoteTaskError, match="TwoPartError") as info:
@@ -77,7 +78,7 @@ def test_an_error_that_cannot_be_rebuilt_or_original_errors_off_raises_remote_ta
             ex.submit(tasks.boom, 1).result(timeout=10)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_wait_and_as_completed_work_on_its_futures(running):
     with running.executor() as ex:
         slow = ex.submit(tasks.nap_then, "slow", 3.0)
@@ -90,7 +91,7 @@ def test_wait_and_as_completed_work_on_its_futures(running):
         assert not not_done
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_done_callbacks_run_once_each_also_when_added_after_the_end(running):
     seen = []
     with running.executor() as ex:
@@ -102,7 +103,7 @@ def test_done_callbacks_run_once_each_also_when_added_after_the_end(running):
     assert sorted(seen[:10]) == list(range(1, 11)) and seen[10:] == ["late"]
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_map_is_ordered_and_pulls_its_input_lazily(running):
     pulled = []
 
@@ -124,7 +125,7 @@ def test_map_is_ordered_and_pulls_its_input_lazily(running):
         assert list(ex.map(tasks.inc, range(50), chunksize=7)) == list(range(1, 51))
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_map_raises_the_failed_items_error_in_its_place_and_times_out(running):
     with running.executor() as ex:
         results = ex.map(tasks.fail_on, range(6), [3] * 6)
@@ -132,10 +133,10 @@ def test_map_raises_the_failed_items_error_in_its_place_and_times_out(running):
         with pytest.raises(ValueError, match="bad item 3"):
             next(results)
         with pytest.raises(TimeoutError):
-            list(ex.map(tasks.nap_then, [1], [5.0], timeout=0.5))
+            list(ex.map(tasks.nap_then, [1], [2.0], timeout=0.3))
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_submissions_from_many_threads_are_sent_in_batches(running):
     with running.executor() as ex:
         out: list = []
@@ -154,7 +155,7 @@ def test_submissions_from_many_threads_are_sent_in_batches(running):
         assert sent == 1600 and sends <= sent // 4  # far fewer puts than submissions
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_an_unpicklable_call_fails_alone_its_batch_runs(running):
     with running.executor() as ex:
         first, release = hold_thread(ex)
@@ -167,7 +168,7 @@ def test_an_unpicklable_call_fails_alone_its_batch_runs(running):
         assert first.result() == 1
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_cancel_succeeds_before_sending_and_honestly_fails_after(running):
     with running.executor() as ex:
         first, release = hold_thread(ex)
@@ -182,7 +183,7 @@ def test_cancel_succeeds_before_sending_and_honestly_fails_after(running):
         assert unsent in done
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_shutdown_waits_for_the_sent_calls_and_leaves_no_thread(running):
     ex = running.executor()
     futures = [ex.submit(tasks.nap_then, i, 0.2) for i in range(4)]
@@ -194,7 +195,7 @@ def test_shutdown_waits_for_the_sent_calls_and_leaves_no_thread(running):
     ex.shutdown()  # again: nothing to do
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_shutdown_with_cancel_futures_cancels_only_the_unsent(running):
     ex = running.executor()
     first, release = hold_thread(ex)
@@ -206,7 +207,7 @@ def test_shutdown_with_cancel_futures_cancels_only_the_unsent(running):
     assert first.result() == 1 and not executor_threads()
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_closing_the_pool_fails_the_calls_in_flight_with_queue_closed(pools):
     qp = pools.queue(1, max_retries=0)  # no consumers: nothing will run
     ex = qp.executor()
