@@ -218,3 +218,25 @@ def test_closing_the_pool_fails_the_calls_in_flight_with_queue_closed(pools):
         future.result(timeout=10)
     ex.shutdown(wait=True)
     assert not executor_threads()
+
+
+@pytest.mark.timeout(60)
+def test_outcomes_fetched_by_another_threads_poll_still_reach_their_futures(running):
+    # Another poller (a second executor, a results() loop) may fetch an outcome between the
+    # put's answer and the executor's claim on it: the future must still get it.
+    stop = threading.Event()
+
+    def poll_hard():
+        while not stop.is_set():
+            running.poll_outcomes()
+
+    poller = threading.Thread(target=poll_hard)
+    poller.start()
+    try:
+        with running.executor() as ex:
+            got = [ex.submit(tasks.inc, i).result(timeout=10) for i in range(60)]
+    finally:
+        stop.set()
+        poller.join()
+    assert got == list(range(1, 61))
+    assert running.results() == {}  # none left behind in the pool's results
