@@ -1,0 +1,285 @@
+"""The thread behind a :class:`~daskqueue.executor.QueueExecutor`: it sends the calls
+submitted, in bulk, and resolves their futures from bulk outcome polls (the design is in
+:mod:`daskqueue.executor`'s docstring). One per executor; it holds no reference to the
+executor, so a forgotten executor is collected and its finalizer stops the thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from daskqueue import defaults
+from daskqueue.errors import QueueClosedError, QueueLostError, QueueMovedError, RemoteTaskError, SchedulerLostError
+from daskqueue.local_errors import local_error
+from daskqueue.messages import split_id
+from daskqueue.queue.encode import chunk_size, encode_calls
+from daskqueue.queue.router import batch_count
+
+__all__ = ["Driver", "Call"]
+
+logger = logging.getLogger("daskqueue")
+
+#: The first pause between polls that brought nothing (doubling up to ``POLL_INTERVAL_S``).
+FIRST_POLL_PAUSE_S = 0.001
+#: Errors after which no outcome of the calls in flight can come: their futures fail.
+_TERMINAL = (QueueClosedError, SchedulerLostError)
+
+Call = tuple[Callable[..., Any], tuple[Any, ...], "dict[str, Any] | None"]
+
+
+class _Claim:
+    """The futures of one send, by position; the result collector routes their outcomes
+    here (it calls ``succeed`` and ``fail``, on whichever thread polls) and they wait in
+    ``arrived`` for the executor's thread. Only the first outcome of a position counts (an
+    at-least-once delivery may bring two)."""
+
+    def __init__(self, futures: list[Future], arrived: deque) -> None:
+        self.futures = futures
+        self.arrived = arrived
+        self.n = len(futures)
+        self.settled = 0
+        self.abandoned = False
+        self._done = bytearray(self.n)
+        self._lock = threading.Lock()
+
+    @property
+    def complete(self) -> bool:
+        return self.settled >= self.n
+
+    def _first(self, position: int) -> bool:
+        if self.abandoned or self._done[position]:
+            return False
+        self._done[position] = 1
+        self.settled += 1
+        return True
+
+    def drop(self, position: int) -> None:
+        """Position ``position`` has no outcome to come (its call was not stored)."""
+        with self._lock:
+            self._first(position)
+
+    def abandon(self) -> list[Future]:
+        """Ignore every outcome from now on; return the futures that had none."""
+        with self._lock:
+            self.abandoned = True
+            return [f for k, f in enumerate(self.futures) if not self._done[k]]
+
+    def succeed(self, position: int, values: list[Any]) -> None:
+        with self._lock:
+            for k, value in enumerate(values):
+                if self._first(position + k):
+                    self.arrived.append((self.futures[position + k], True, value))
+
+    def fail(self, position: int, error: BaseException) -> None:
+        with self._lock:
+            if self._first(position):
+                self.arrived.append((self.futures[position], False, error))
+
+
+class Driver:
+    """The executor's thread and what it shares with submitters (see the module docstring)."""
+
+    def __init__(self, pool: Any, options: Any, original_errors: bool) -> None:
+        self.pool = pool
+        self.options = options
+        self.original_errors = original_errors
+        self._wake = threading.Condition(threading.Lock())
+        self._buffer: list[tuple[Future, Call]] = []
+        self._arrived: deque[tuple[Future, bool, Any]] = deque()
+        self._claims: list[_Claim] = []  # registered with the collector, not complete
+        self._inflight = 0  # sent, no outcome yet (owned by the thread)
+        self._stopping = False
+        self.thread: threading.Thread | None = None
+        #: Sends made and calls sent (what the batching achieved).
+        self.sends = 0
+        self.sent = 0
+
+    # -- what other threads call --------------------------------------------------------------
+
+    def add(self, future: Future, call: Call) -> None:
+        with self._wake:
+            if self._stopping:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._buffer.append((future, call))
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name=f"daskqueue-executor-{self.pool.name}",
+                                               daemon=True)
+                self.thread.start()
+            self._wake.notify()
+
+    def stop(self, cancel_futures: bool = False) -> None:
+        """No more submissions; with ``cancel_futures``, drop the unsent ones. The thread
+        ends once every sent call has its outcome."""
+        with self._wake:
+            self._stopping = True
+            dropped, self._buffer = (self._buffer, []) if cancel_futures else ([], self._buffer)
+            self._wake.notify()
+        for future, _ in dropped:
+            future.cancel()
+            future.set_running_or_notify_cancel()  # wakes wait() / as_completed()
+
+    def cancel_unsent(self) -> int:
+        """Cancel every future not sent yet; return how many."""
+        with self._wake:
+            dropped, self._buffer = self._buffer, []
+        for future, _ in dropped:
+            future.cancel()
+            future.set_running_or_notify_cancel()
+        return len(dropped)
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        pause = FIRST_POLL_PAUSE_S
+        while True:
+            with self._wake:
+                while not self._buffer and not self._inflight and not self._arrived:
+                    if self._stopping:
+                        return
+                    self._wake.wait()
+                taken, self._buffer = self._buffer, []
+            if taken:
+                self._send(taken)
+            if self._inflight and not self._arrived:
+                self._poll()
+            if self._resolve() or taken:
+                pause = FIRST_POLL_PAUSE_S
+                continue
+            with self._wake:  # nothing came: wait a little, or until a submission
+                if self._inflight and not self._buffer and not self._arrived:
+                    self._wake.wait(pause)
+            pause = min(pause * 2, defaults.POLL_INTERVAL_S)
+
+    def _send(self, taken: list[tuple[Future, Call]]) -> None:
+        """Send the live calls of ``taken`` as one submission (a bad call fails alone)."""
+        live = [(f, c) for f, c in taken if f.set_running_or_notify_cancel()]
+        if not live:
+            return
+        try:
+            batches = self._encode([c for _, c in live])
+        except Exception:  # one call cannot be pickled (or is too large): find which
+            live = self._drop_unencodable(live)
+            if not live:
+                return
+            batches = self._encode([c for _, c in live])
+        futures = [f for f, _ in live]
+        try:
+            if self.pool.closed:
+                raise QueueClosedError(f"{self.pool!r} is closed")
+            ids = self.pool.sender.send(batches, n=len(futures), queue=self._route())
+            error = None
+        except Exception as e:  # part may be stored (it runs): those futures wait for it
+            ids, error = getattr(e, "stored_ids", None) or [None] * len(futures), e
+        claim = _Claim(futures, self._arrived)
+        for k, message_id in enumerate(ids):
+            if message_id is None:
+                claim.drop(k)
+                futures[k].set_exception(error)  # type: ignore[arg-type]
+        stored = claim.n - claim.settled
+        if stored:
+            self._claim(claim, ids)
+            self._claims.append(claim)
+            self._inflight += stored
+        self.sends += 1
+        self.sent += stored
+
+    def _claim(self, claim: _Claim, ids: list[int | None]) -> None:
+        """Route the outcomes of ``ids`` to ``claim``. Registered after the put answered, so
+        an outcome fetched meanwhile by another thread's poll (another executor's, a
+        ``results()`` call) went to the pool's results: it is taken from there."""
+        collector = self.pool.collector
+        run: list[int] = []  # [queue, first seq, count, first position]
+        for position, message_id in enumerate(ids):
+            if message_id is None:
+                continue
+            q, seq = split_id(message_id)
+            if run and run[0] == q and run[1] + run[2] == seq and run[3] + run[2] == position:
+                run[2] += 1
+                continue
+            if run:
+                collector.claim(run[0], run[1], run[2], claim, run[3])
+            run = [q, seq, 1, position]
+        if run:
+            collector.claim(run[0], run[1], run[2], claim, run[3])
+        position_of = {i: k for k, i in enumerate(ids) if i is not None}
+        for message_id, value in collector.take(set(position_of)):
+            if isinstance(value, RemoteTaskError):
+                claim.fail(position_of[message_id], value)
+            else:
+                claim.succeed(position_of[message_id], [value])
+
+    def _route(self) -> int | None:
+        return self.pool.router.route(self.options.type, self.options.key)
+
+    def _encode(self, calls: list[Call]) -> list[Any]:
+        pool, n = self.pool, len(calls)
+        spread = pool.router.spread(self._route())
+        per_put = pool.config.put_batch_size
+        return encode_calls(calls, self.options, size=chunk_size(n, n_queues=spread, put_batch_size=per_put),
+                            batches=batch_count(n, spread=spread, put_batch_size=per_put),
+                            limit=pool.config.message_limit(self.options.type, self.options.key))
+
+    def _drop_unencodable(self, live: list[tuple[Future, Call]]) -> list[tuple[Future, Call]]:
+        kept = []
+        for future, call in live:
+            try:
+                self._encode([call])
+                kept.append((future, call))
+            except Exception as e:
+                future.set_exception(e)
+        return kept
+
+    def _poll(self) -> None:
+        if self.pool.closed:
+            self._fail_inflight(QueueClosedError(f"{self.pool!r} was closed with these calls in flight"))
+            return
+        try:
+            self.pool.poll_outcomes()
+        except Exception as e:
+            if self.pool.closed:
+                error: BaseException = QueueClosedError(f"{self.pool!r} was closed with these calls in flight")
+                error.__cause__ = e
+            elif isinstance(e, _TERMINAL) or (isinstance(e, QueueLostError) and not isinstance(e, QueueMovedError)):
+                error = e
+            else:
+                logger.info("executor on %r: fetching outcomes failed (%s); trying again", self.pool, e)
+                time.sleep(defaults.POLL_INTERVAL_S)
+                return
+            # Which queue held which call is not tracked: every call in flight fails.
+            logger.warning("executor on %r: failing %d calls in flight: %s", self.pool, self._inflight, error)
+            self._fail_inflight(error)
+
+    def _fail_inflight(self, error: BaseException) -> None:
+        for claim in self._claims:
+            self.pool.collector.release(claim)
+            for future in claim.abandon():
+                self._inflight -= 1
+                if not future.done():
+                    future.set_exception(error)
+        self._claims = []
+
+    def _resolve(self) -> int:
+        """Resolve every future whose outcome arrived; release the claims that are complete."""
+        n = 0
+        while self._arrived:
+            future, ok, value = self._arrived.popleft()
+            self._inflight -= 1
+            if future.done():
+                continue
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(local_error(value, original=self.original_errors))
+            n += 1
+        if n and self._claims:
+            done = [c for c in self._claims if c.complete]
+            if done:
+                self._claims = [c for c in self._claims if not c.complete]
+                for claim in done:
+                    self.pool.collector.release(claim)
+        return n
