@@ -26,6 +26,8 @@ logger = logging.getLogger("daskqueue")
 
 #: The first pause between polls that brought nothing (doubling up to ``POLL_INTERVAL_S``).
 FIRST_POLL_PAUSE_S = 0.001
+#: An idle thread ends after this long (a new one starts with the next submission).
+IDLE_EXIT_S = 5.0
 #: Errors after which no outcome of the calls in flight can come: their futures fail.
 _TERMINAL = (QueueClosedError, SchedulerLostError)
 
@@ -139,9 +141,12 @@ class Driver:
         while True:
             with self._wake:
                 while not self._buffer and not self._inflight and not self._arrived:
-                    if self._stopping:
-                        return
-                    self._wake.wait()
+                    if self._stopping or not self._wake.wait(IDLE_EXIT_S):
+                        # Stopped, or idle for long: end (the next submission starts a new
+                        # thread), so an executor left open holds no thread.
+                        if not (self._buffer or self._inflight or self._arrived):
+                            self.thread = None
+                            return
                 taken, self._buffer = self._buffer, []
             if taken:
                 self._send(taken)

@@ -240,3 +240,21 @@ def test_outcomes_fetched_by_another_threads_poll_still_reach_their_futures(runn
         poller.join()
     assert got == list(range(1, 61))
     assert running.results() == {}  # none left behind in the pool's results
+
+
+@pytest.mark.timeout(60)
+def test_an_executor_left_open_holds_no_thread_once_idle_or_forgotten(running, monkeypatch):
+    from daskqueue import executor_thread
+
+    monkeypatch.setattr(executor_thread, "IDLE_EXIT_S", 0.2)
+    ex = running.executor()
+    assert ex.submit(tasks.inc, 1).result(timeout=10) == 2
+    wait_until(lambda: not executor_threads(), timeout_s=10)  # idle: its thread ended
+    assert ex.submit(tasks.inc, 2).result(timeout=10) == 3  # and a new one starts
+    monkeypatch.setattr(executor_thread, "IDLE_EXIT_S", 60.0)
+    assert ex.submit(tasks.inc, 3).result(timeout=10) == 4
+    del ex  # forgotten, never shut down: its finalizer stops the thread
+    import gc
+
+    gc.collect()
+    wait_until(lambda: not executor_threads(), timeout_s=10)
