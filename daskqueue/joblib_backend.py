@@ -18,8 +18,10 @@ usually wants ``max_retries=0``, as a deterministic error fails the same way eac
 
 ``n_jobs=-1`` means every slot of the consumer pools started on the queue pool
 (``n_consumers * max_concurrency`` each); a larger ``n_jobs`` only dispatches more batches
-ahead. ``Parallel`` calls nested inside a task run sequentially in that task (a consumer
-slot is one thread of one worker: more would oversubscribe it).
+ahead; ``n_jobs=1`` runs in this process, as joblib does with every backend. joblib itself
+runs a call that requires shared memory (``require="sharedmem"``) or prefers threads on its
+threading backend instead. ``Parallel`` calls nested inside a task run sequentially in that
+task (a consumer slot is one thread of one worker: more would oversubscribe it).
 """
 
 from __future__ import annotations
@@ -78,9 +80,6 @@ class DaskQueueBackend(AutoBatchingMixin, ParallelBackendBase):
 
     def configure(self, n_jobs: int = 1, parallel: Any = None, prefer: Any = None, require: Any = None,
                   **backend_args: Any) -> int:
-        if require == "sharedmem":
-            raise ConfigurationError("the 'daskqueue' backend runs calls in other processes: it cannot "
-                                     "honour require='sharedmem'")
         n = self.effective_n_jobs(n_jobs)
         self.parallel = parallel
         self._executor = self.queue_pool.executor(**self.executor_options)
