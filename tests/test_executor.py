@@ -258,3 +258,20 @@ def test_an_executor_left_open_holds_no_thread_once_idle_or_forgotten(running, m
 
     gc.collect()
     wait_until(lambda: not executor_threads(), timeout_s=10)
+
+
+@pytest.mark.timeout(60)
+def test_the_pools_own_map_and_results_beside_an_executor_each_get_exactly_theirs(running):
+    with running.executor() as ex:
+        out = {}
+        mapping = threading.Thread(target=lambda: out.update(ex=list(ex.map(tasks.inc, range(2000), buffersize=200))))
+        mapping.start()
+        try:
+            assert running.map(tasks.inc, range(1000)) == list(range(1, 1001))
+            ids = running.batch_submit([(tasks.inc, i) for i in range(300)])
+            wait_until(lambda: all(i in running.results() for i in ids), timeout_s=30)
+            results = running.results(clear=True)
+        finally:
+            mapping.join(30)
+    assert out["ex"] == list(range(1, 2001))
+    assert sorted(results) == sorted(ids) and [results[i] for i in ids] == list(range(1, 301))
