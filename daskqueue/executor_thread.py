@@ -14,7 +14,8 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 from daskqueue import defaults
-from daskqueue.errors import QueueClosedError, QueueLostError, QueueMovedError, RemoteTaskError, SchedulerLostError
+from daskqueue.errors import (DaskQueueError, QueueClosedError, QueueLostError, QueueMovedError, RemoteTaskError,
+                              SchedulerLostError)
 from daskqueue.local_errors import local_error
 from daskqueue.messages import split_id
 from daskqueue.queue.encode import chunk_size, encode_calls
@@ -109,9 +110,14 @@ class Driver:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             self._buffer.append((future, call))
             if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name=f"daskqueue-executor-{self.pool.name}",
-                                               daemon=True)
-                self.thread.start()
+                thread = threading.Thread(target=self._run, name=f"daskqueue-executor-{self.pool.name}",
+                                          daemon=True)
+                try:
+                    thread.start()
+                except BaseException:  # no thread to send it: this submission fails here
+                    self._buffer.pop()
+                    raise
+                self.thread = thread
             self._wake.notify()
 
     def stop(self, cancel_futures: bool = False) -> None:
@@ -137,6 +143,48 @@ class Driver:
     # -- the thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        """The thread's body, guarded: if anything escapes the loop (a bug, a done-callback
+        raising a ``BaseException``), every future it owns fails with that error instead of
+        waiting forever, and the next submission starts a new thread."""
+        try:
+            self._loop()  # its normal end clears ``thread`` itself, under the lock
+        except BaseException as e:
+            logger.error("executor on %r: its thread failed; failing its futures", self.pool, exc_info=True)
+            try:
+                self._fail_everything(e)
+            finally:
+                with self._wake:
+                    self.thread = None
+                    left, self._buffer = self._buffer, []  # submitted while it failed
+                if left:
+                    self._fail_everything(e, left)
+
+    def _fail_everything(self, error: BaseException, buffered: list[tuple[Future, Call]] | None = None) -> None:
+        """Fail every future this thread owns (buffered, claimed, arrived) with ``error``."""
+        if not isinstance(error, Exception):  # a KeyboardInterrupt must not stop the callers
+            cause, error = error, DaskQueueError(f"the thread of the executor on {self.pool!r} failed: {error!r}")
+            error.__cause__ = cause
+        if buffered is None:
+            with self._wake:
+                buffered, self._buffer = self._buffer, []
+        futures = [f for f, _ in buffered if f.set_running_or_notify_cancel()]
+        while self._arrived:
+            futures.append(self._arrived.popleft()[0])
+        for claim in self._claims:
+            try:
+                self.pool.collector.release(claim)
+            except BaseException:
+                logger.debug("executor on %r: releasing a claim failed", self.pool, exc_info=True)
+            futures += claim.abandon()
+        self._claims, self._inflight = [], 0
+        for future in futures:
+            try:
+                if not future.done():
+                    future.set_exception(error)
+            except BaseException:  # a done-callback again, or a race with another setter
+                logger.debug("executor on %r: failing a future raised", self.pool, exc_info=True)
+
+    def _loop(self) -> None:
         pause = FIRST_POLL_PAUSE_S
         while True:
             with self._wake:

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from daskqueue import QueueClosedError, RemoteTaskError, SerializationError
+from daskqueue import DaskQueueError, QueueClosedError, RemoteTaskError, SerializationError
 from daskqueue.executor import QueueExecutor
 from tests import executor_tasks as tasks
 from tests.helpers import wait_until
@@ -24,8 +24,14 @@ def running(pools):
     return qp
 
 
-def executor_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("daskqueue-executor")]
+def executor_threads(pool=None):
+    """The executor threads alive (of ``pool`` only, if given: other tests' pools may have one)."""
+    prefix = "daskqueue-executor" if pool is None else f"daskqueue-executor-{pool.name}"
+    return [t for t in threading.enumerate() if t.name == prefix or (pool is None and t.name.startswith(prefix))]
+
+
+class Escape(BaseException):
+    """Not an Exception: concurrent.futures lets it out of a done-callback."""
 
 
 def hold_thread(ex):
@@ -189,7 +195,7 @@ def test_shutdown_waits_for_the_sent_calls_and_leaves_no_thread(running):
     futures = [ex.submit(tasks.nap_then, i, 0.2) for i in range(4)]
     ex.shutdown(wait=True)
     assert all(f.done() for f in futures) and [f.result() for f in futures] == [0, 1, 2, 3]
-    assert not executor_threads()
+    assert not executor_threads(running)
     with pytest.raises(RuntimeError, match="after shutdown"):
         ex.submit(tasks.inc, 1)
     ex.shutdown()  # again: nothing to do
@@ -204,7 +210,7 @@ def test_shutdown_with_cancel_futures_cancels_only_the_unsent(running):
     assert all(f.cancelled() for f in unsent)
     release.set()
     ex.shutdown(wait=True)
-    assert first.result() == 1 and not executor_threads()
+    assert first.result() == 1 and not executor_threads(running)
 
 
 @pytest.mark.timeout(60)
@@ -217,7 +223,7 @@ def test_closing_the_pool_fails_the_calls_in_flight_with_queue_closed(pools):
     with pytest.raises(QueueClosedError):
         future.result(timeout=10)
     ex.shutdown(wait=True)
-    assert not executor_threads()
+    assert not executor_threads(qp)
 
 
 @pytest.mark.timeout(60)
@@ -249,7 +255,7 @@ def test_an_executor_left_open_holds_no_thread_once_idle_or_forgotten(running, m
     monkeypatch.setattr(executor_thread, "IDLE_EXIT_S", 0.2)
     ex = running.executor()
     assert ex.submit(tasks.inc, 1).result(timeout=10) == 2
-    wait_until(lambda: not executor_threads(), timeout_s=10)  # idle: its thread ended
+    wait_until(lambda: not executor_threads(running), timeout_s=10)  # idle: its thread ended
     assert ex.submit(tasks.inc, 2).result(timeout=10) == 3  # and a new one starts
     monkeypatch.setattr(executor_thread, "IDLE_EXIT_S", 60.0)
     assert ex.submit(tasks.inc, 3).result(timeout=10) == 4
@@ -257,7 +263,7 @@ def test_an_executor_left_open_holds_no_thread_once_idle_or_forgotten(running, m
     import gc
 
     gc.collect()
-    wait_until(lambda: not executor_threads(), timeout_s=10)
+    wait_until(lambda: not executor_threads(running), timeout_s=10)
 
 
 @pytest.mark.timeout(60)
@@ -275,3 +281,27 @@ def test_the_pools_own_map_and_results_beside_an_executor_each_get_exactly_their
             mapping.join(30)
     assert out["ex"] == list(range(1, 2001))
     assert sorted(results) == sorted(ids) and [results[i] for i in ids] == list(range(1, 301))
+
+
+@pytest.mark.timeout(90)
+def test_a_failure_of_the_executors_thread_fails_its_futures_and_the_next_submit_starts_another(running):
+    release, held = threading.Event(), threading.Event()
+
+    def block_then_escape(_):
+        held.set()
+        release.wait(10)
+        raise Escape("from a done-callback")
+
+    with running.executor() as ex:
+        first = ex.submit(tasks.inc, 0)
+        first.add_done_callback(block_then_escape)
+        assert held.wait(20)
+        stranded = [ex.submit(tasks.inc, i) for i in range(5)]  # unsent: the thread is held
+        release.set()
+        for future in stranded:
+            with pytest.raises(DaskQueueError, match="failed") as info:
+                future.result(timeout=20)
+            assert isinstance(info.value.__cause__, Escape)
+        wait_until(lambda: not executor_threads(running), timeout_s=10)
+        assert ex.submit(tasks.inc, 1).result(timeout=20) == 2  # a new thread
+    assert not executor_threads(running)
