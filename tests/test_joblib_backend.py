@@ -79,3 +79,18 @@ def test_importing_daskqueue_does_not_import_joblib_and_the_backend_comes_with_i
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=50)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+@pytest.mark.timeout(60)
+def test_the_backend_is_registered_after_find_spec_and_with_two_hook_finders():
+    # importlib.util.find_spec("joblib") asks the finders for a spec it never loads; the
+    # import after it must still register. A reloaded hook module (a second finder) must
+    # neither recurse nor register twice.
+    code = ("import importlib, importlib.util, sys, daskqueue, daskqueue.joblib_hook as h; "
+            "assert importlib.util.find_spec('joblib') is not None; assert 'joblib' not in sys.modules; "
+            "importlib.reload(h); h.register_when_imported(); sys.meta_path.insert(0, h._JoblibFinder()); "
+            "import joblib, joblib.parallel as p; assert 'daskqueue' in p.BACKENDS, 'not registered'; "
+            "assert joblib.__loader__.__class__.__name__ == 'SourceFileLoader'; print('ok')")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=50)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
