@@ -9,7 +9,7 @@ This module imports joblib; ``import daskqueue`` does not import it (see
 :mod:`daskqueue.joblib_hook`, which registers the backend when joblib is imported).
 
 Each joblib batch (a ``BatchedCalls``: several calls, sized by joblib's auto-batching so that
-a batch runs 0.2 to 1 s) is one task of the pool, sent through the pool's
+a batch runs 0.2 to 1 s) is one task of the pool (the batch is its argument), sent through the pool's
 :class:`~daskqueue.executor.QueueExecutor` (so batches dispatched together go out in one put).
 A failed call's exception is raised by ``Parallel`` as joblib does with its other backends:
 the task's own type, rebuilt here, chained from the :class:`RemoteTaskError` that holds the
@@ -45,6 +45,11 @@ BACKEND_NAME = "daskqueue"
 def consumer_slots(queue_pool: Any) -> int:
     """How many tasks the started consumer pools of ``queue_pool`` run at once."""
     return sum(cp.n_consumers * cp.max_concurrency for cp in queue_pool.consumer_pools() if cp.running)
+
+
+def _call_batch(batch: Callable[[], Any]) -> Any:
+    """The task of one joblib batch (run on a worker)."""
+    return batch()
 
 
 class DaskQueueBackend(AutoBatchingMixin, ParallelBackendBase):
@@ -86,8 +91,11 @@ class DaskQueueBackend(AutoBatchingMixin, ParallelBackendBase):
         return n
 
     def submit(self, func: Callable[[], Any], callback: Callable[[Any], None] | None = None) -> Any:
-        # ByValue: a batch holds the user's functions, maybe from __main__ (a script, a notebook).
-        future = self._executor.submit(ByValue(func))  # type: ignore[union-attr]
+        # The batch is the task's argument, not its function: a function is cached by the
+        # client's pickler and the queues (so is all it holds), an argument is not, and the
+        # message size limit checks arguments. ByValue: the batch holds the user's
+        # functions, maybe from __main__ (a script, a notebook).
+        future = self._executor.submit(_call_batch, ByValue(func))  # type: ignore[union-attr]
         if callback is not None:
             future.add_done_callback(callback)
         return future

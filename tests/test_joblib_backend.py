@@ -34,6 +34,12 @@ def test_parallel_runs_on_the_pool_in_order(running):
         pids = set(Parallel(n_jobs=-1)(delayed(tasks.pid)(i) for i in range(20)))
     assert squares == [x * x for x in range(500)]
     assert os.getpid() not in pids  # ran on the workers, not here
+    # A batch travels as the argument of a task, never as its function (the client's
+    # function cache would keep the batches, and their data, alive).
+    from daskqueue import serialize
+
+    cached = list(serialize._by_reference_cache._entries)
+    assert not [f for f in cached if type(getattr(f, "fn", None)).__name__ == "BatchedCalls"]
 
 
 @pytest.mark.timeout(60)
