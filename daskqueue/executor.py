@@ -13,9 +13,10 @@ future:
   with the rate of submission, with no timer.
 * Outcomes are fetched in bulk (one ``fetch_outcomes`` call per queue per poll), and routed by
   the pool's result collector straight to the futures of each send (a *claim* on the send's
-  ids, as ``map`` uses), not through ``results()``: a caller taking the pool's results does
-  not take these. (An outcome that another thread's poll fetched between the put's answer
-  and the claim is taken from the pool's results at once.)
+  ids, registered as each put is answered, as ``map`` does), not through ``results()``: a
+  caller taking the pool's results does not take these. A send with a claim holds the
+  collector (other threads' polls wait those few milliseconds), so an outcome that comes
+  before its put's answer is read cannot land in the pool's results either.
   Polls back off from 1 ms to ``POLL_INTERVAL_S`` while nothing arrives, and stop while
   nothing is in flight (an idle executor makes no call).
 

@@ -14,10 +14,9 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 from daskqueue import defaults
-from daskqueue.errors import (DaskQueueError, QueueClosedError, QueueLostError, QueueMovedError, RemoteTaskError,
+from daskqueue.errors import (DaskQueueError, QueueClosedError, QueueLostError, QueueMovedError,
                               SchedulerLostError)
 from daskqueue.local_errors import local_error
-from daskqueue.messages import split_id
 from daskqueue.queue.encode import chunk_size, encode_calls
 from daskqueue.queue.router import batch_count
 
@@ -221,50 +220,28 @@ class Driver:
                 return
             batches = self._encode([c for _, c in live])
         futures = [f for f, _ in live]
+        claim = _Claim(futures, self._arrived)
+        ids: list[int | None] = [None] * len(futures)
         try:
             if self.pool.closed:
                 raise QueueClosedError(f"{self.pool!r} is closed")
-            ids = self.pool.sender.send(batches, n=len(futures), queue=self._route())
+            # The claim is registered as each put is answered (as the pool's map does), and
+            # no other thread polls meanwhile (see Sender.send).
+            self.pool.sender.send(batches, n=len(futures), claim=claim, queue=self._route(), into=ids)
             error = None
         except Exception as e:  # part may be stored (it runs): those futures wait for it
-            ids, error = getattr(e, "stored_ids", None) or [None] * len(futures), e
-        claim = _Claim(futures, self._arrived)
+            error = e
         for k, message_id in enumerate(ids):
             if message_id is None:
                 claim.drop(k)
                 futures[k].set_exception(error)  # type: ignore[arg-type]
-        stored = claim.n - claim.settled
+        # Counted from the ids, not the claim: other threads' polls may have settled some.
+        stored = len(ids) - ids.count(None)
         if stored:
-            self._claim(claim, ids)
             self._claims.append(claim)
             self._inflight += stored
         self.sends += 1
         self.sent += stored
-
-    def _claim(self, claim: _Claim, ids: list[int | None]) -> None:
-        """Route the outcomes of ``ids`` to ``claim``. Registered after the put answered, so
-        an outcome fetched meanwhile by another thread's poll (another executor's, a
-        ``results()`` call) went to the pool's results: it is taken from there."""
-        collector = self.pool.collector
-        run: list[int] = []  # [queue, first seq, count, first position]
-        for position, message_id in enumerate(ids):
-            if message_id is None:
-                continue
-            q, seq = split_id(message_id)
-            if run and run[0] == q and run[1] + run[2] == seq and run[3] + run[2] == position:
-                run[2] += 1
-                continue
-            if run:
-                collector.claim(run[0], run[1], run[2], claim, run[3])
-            run = [q, seq, 1, position]
-        if run:
-            collector.claim(run[0], run[1], run[2], claim, run[3])
-        position_of = {i: k for k, i in enumerate(ids) if i is not None}
-        for message_id, value in collector.take(set(position_of)):
-            if isinstance(value, RemoteTaskError):
-                claim.fail(position_of[message_id], value)
-            else:
-                claim.succeed(position_of[message_id], [value])
 
     def _route(self) -> int | None:
         return self.pool.router.route(self.options.type, self.options.key)

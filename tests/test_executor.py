@@ -305,3 +305,24 @@ def test_a_failure_of_the_executors_thread_fails_its_futures_and_the_next_submit
         wait_until(lambda: not executor_threads(running), timeout_s=10)
         assert ex.submit(tasks.inc, 1).result(timeout=20) == 2  # a new thread
     assert not executor_threads(running)
+
+
+@pytest.mark.timeout(90)
+def test_the_pools_results_taken_in_a_loop_by_another_thread_never_take_the_executors(running):
+    stop, taken = threading.Event(), {}
+
+    def take_hard():
+        while not stop.is_set():
+            taken.update(running.results(clear=True))
+
+    taker = threading.Thread(target=take_hard)
+    taker.start()
+    try:
+        with running.executor() as ex:
+            futures = [ex.submit(tasks.inc, i) for i in range(400)]
+            futures += [ex.submit(tasks.inc, i) for i in range(400, 600)]
+            got = [f.result(timeout=30) for f in futures]
+    finally:
+        stop.set()
+        taker.join(30)
+    assert got == list(range(1, 601)) and taken == {}
