@@ -77,7 +77,8 @@ def _by_value(data: bytes) -> ByValue:
 class QueueExecutor(Executor):
     """A :class:`concurrent.futures.Executor` running calls on a queue pool (see the module
     docstring); made by :meth:`QueuePool.executor`. Needs a started ``ConsumerPool`` on the
-    pool to make progress (futures wait for one, as the pool's messages do).
+    pool: calls in flight while none has been started for 2 s fail with
+    :class:`NoConsumersError` (as the pool's ``map`` and ``join`` raise it).
 
     * ``submit(fn, *args, **kwargs)`` returns a :class:`concurrent.futures.Future`. Its
       ``result()`` raises the task's own exception type when it can be rebuilt here (see

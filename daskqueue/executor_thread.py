@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 from daskqueue import defaults
-from daskqueue.errors import (DaskQueueError, QueueClosedError, QueueLostError, QueueMovedError,
+from daskqueue.errors import (DaskQueueError, NoConsumersError, QueueClosedError, QueueLostError, QueueMovedError,
                               SchedulerLostError)
 from daskqueue.local_errors import local_error
 from daskqueue.queue.encode import chunk_size, encode_calls
@@ -28,6 +28,8 @@ logger = logging.getLogger("daskqueue")
 FIRST_POLL_PAUSE_S = 0.001
 #: An idle thread ends after this long (a new one starts with the next submission).
 IDLE_EXIT_S = 5.0
+#: Calls in flight fail with NoConsumersError after this long with no consumer pool started.
+NO_CONSUMERS_GRACE_S = 2.0
 #: Errors after which no outcome of the calls in flight can come: their futures fail.
 _TERMINAL = (QueueClosedError, SchedulerLostError)
 
@@ -96,6 +98,7 @@ class Driver:
         self._claims: list[_Claim] = []  # registered with the collector, not complete
         self._inflight = 0  # sent, no outcome yet (owned by the thread)
         self._stopping = False
+        self._no_consumers_since: float | None = None  # in flight with no consumer started since
         self.thread: threading.Thread | None = None
         #: Sends made and calls sent (what the batching achieved).
         self.sends = 0
@@ -269,7 +272,7 @@ class Driver:
             self._fail_inflight(QueueClosedError(f"{self.pool!r} was closed with these calls in flight"))
             return
         try:
-            self.pool.poll_outcomes()
+            arrived = self.pool.poll_outcomes()
         except Exception as e:
             if self.pool.closed:
                 error: BaseException = QueueClosedError(f"{self.pool!r} was closed with these calls in flight")
@@ -282,6 +285,27 @@ class Driver:
                 return
             # Which queue held which call is not tracked: every call in flight fails.
             logger.warning("executor on %r: failing %d calls in flight: %s", self.pool, self._inflight, error)
+            self._fail_inflight(error)
+            return
+        if not arrived:
+            self._check_consumers()
+
+    def _check_consumers(self) -> None:
+        """Fail the calls in flight with :class:`NoConsumersError` once no consumer pool of
+        the queue pool has been started for ``NO_CONSUMERS_GRACE_S`` (as the pool's ``map``
+        and ``join`` raise it): nothing would ever run them."""
+        if self.pool.has_running_consumers():
+            self._no_consumers_since = None
+            return
+        now = time.monotonic()
+        if self._no_consumers_since is None:
+            self._no_consumers_since = now
+        elif now - self._no_consumers_since >= NO_CONSUMERS_GRACE_S:
+            self._no_consumers_since = None
+            error = NoConsumersError(f"{self._inflight:,} calls of the executor on {self.pool!r} are in flight "
+                                     "and no consumer pool of the queue pool is started (never, or stopped "
+                                     "or closed meanwhile)")
+            logger.warning("executor on %r: %s", self.pool, error)
             self._fail_inflight(error)
 
     def _fail_inflight(self, error: BaseException) -> None:

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from daskqueue import DaskQueueError, QueueClosedError, RemoteTaskError, SerializationError
+from daskqueue import DaskQueueError, NoConsumersError, QueueClosedError, RemoteTaskError, SerializationError
 from daskqueue.executor import QueueExecutor
 from tests import executor_tasks as tasks
 from tests.helpers import wait_until
@@ -214,7 +214,10 @@ def test_shutdown_with_cancel_futures_cancels_only_the_unsent(running):
 
 
 @pytest.mark.timeout(60)
-def test_closing_the_pool_fails_the_calls_in_flight_with_queue_closed(pools):
+def test_closing_the_pool_fails_the_calls_in_flight_with_queue_closed(pools, monkeypatch):
+    from daskqueue import executor_thread
+
+    monkeypatch.setattr(executor_thread, "NO_CONSUMERS_GRACE_S", 60.0)  # the call stays in flight
     qp = pools.queue(1, max_retries=0)  # no consumers: nothing will run
     ex = qp.executor()
     future = ex.submit(tasks.inc, 1)
@@ -326,3 +329,15 @@ def test_the_pools_results_taken_in_a_loop_by_another_thread_never_take_the_exec
         stop.set()
         taker.join(30)
     assert got == list(range(1, 601)) and taken == {}
+
+
+@pytest.mark.timeout(60)
+def test_calls_in_flight_with_no_consumer_started_fail_with_no_consumers(pools):
+    qp = pools.queue(1, max_retries=0)  # no consumer pool: nothing would ever run them
+    ex = qp.executor()
+    futures = [ex.submit(tasks.inc, i) for i in range(3)]
+    for future in futures:
+        with pytest.raises(NoConsumersError):
+            future.result(timeout=20)
+    ex.shutdown(wait=True)  # returns: nothing left in flight
+    assert not executor_threads(qp)
