@@ -160,8 +160,7 @@ class QueueExecutor(Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """See the class docstring. Safe to call more than once, and from a callback."""
-        self._driver.stop(cancel_futures)
-        thread = self._driver.thread
+        thread = self._driver.stop(cancel_futures)
         if wait and thread is not None and thread is not threading.current_thread():
             thread.join()
 

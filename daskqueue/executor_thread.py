@@ -100,6 +100,9 @@ class Driver:
         self._stopping = False
         self._no_consumers_since: float | None = None  # in flight with no consumer started since
         self.thread: threading.Thread | None = None
+        # The last thread started: ``thread`` is cleared by the thread itself a moment before
+        # it ends, so shutdown(wait=True) joins this one.
+        self._last_thread: threading.Thread | None = None
         #: Sends made and calls sent (what the batching achieved).
         self.sends = 0
         self.sent = 0
@@ -119,19 +122,22 @@ class Driver:
                 except BaseException:  # no thread to send it: this submission fails here
                     self._buffer.pop()
                     raise
-                self.thread = thread
+                self.thread = self._last_thread = thread
             self._wake.notify()
 
-    def stop(self, cancel_futures: bool = False) -> None:
+    def stop(self, cancel_futures: bool = False) -> threading.Thread | None:
         """No more submissions; with ``cancel_futures``, drop the unsent ones. The thread
-        ends once every sent call has its outcome."""
+        ends once every sent call has its outcome; returned (the last one started, maybe
+        ended or ending already: join it to know it ended), None if none ever started."""
         with self._wake:
             self._stopping = True
             dropped, self._buffer = (self._buffer, []) if cancel_futures else ([], self._buffer)
             self._wake.notify()
+            thread = self._last_thread
         for future, _ in dropped:
             future.cancel()
             future.set_running_or_notify_cancel()  # wakes wait() / as_completed()
+        return thread
 
     def cancel_unsent(self) -> int:
         """Cancel every future not sent yet; return how many."""

@@ -341,3 +341,14 @@ def test_calls_in_flight_with_no_consumer_started_fail_with_no_consumers(pools):
             future.result(timeout=20)
     ex.shutdown(wait=True)  # returns: nothing left in flight
     assert not executor_threads(qp)
+
+
+@pytest.mark.timeout(90)
+def test_shutdown_with_wait_returns_only_once_the_thread_ended(running):
+    # The thread clears its own reference a moment before it ends: shutdown must join it
+    # all the same, each time.
+    for i in range(10):
+        ex = running.executor()
+        assert ex.submit(tasks.inc, i).result(timeout=20) == i + 1
+        ex.shutdown(wait=True)
+        assert not executor_threads(running), f"round {i}"
