@@ -75,18 +75,20 @@ class DaskQueueBackend(AutoBatchingMixin, ParallelBackendBase):
     def effective_n_jobs(self, n_jobs: int | None) -> int:
         if n_jobs == 0:
             raise ValueError("n_jobs == 0 in Parallel has no meaning")
+        if n_jobs is not None and n_jobs > 0:  # n_jobs=1 runs here: no consumer needed
+            return n_jobs
         slots = consumer_slots(self.queue_pool)
         if slots == 0:
             raise NoConsumersError(f"joblib's 'daskqueue' backend needs a started ConsumerPool on "
                                    f"{self.queue_pool!r}: Parallel would wait forever")
-        if n_jobs is None or n_jobs < 0:
-            return max(slots + 1 + (n_jobs or -1), 1)
-        return n_jobs
+        return max(slots + 1 + (n_jobs or -1), 1)
 
     def configure(self, n_jobs: int = 1, parallel: Any = None, prefer: Any = None, require: Any = None,
                   **backend_args: Any) -> int:
         n = self.effective_n_jobs(n_jobs)
         self.parallel = parallel
+        if self._executor is not None:  # this instance served an earlier Parallel call
+            self._executor.shutdown(wait=False)
         self._executor = self.queue_pool.executor(**self.executor_options)
         return n
 
@@ -95,7 +97,9 @@ class DaskQueueBackend(AutoBatchingMixin, ParallelBackendBase):
         # client's pickler and the queues (so is all it holds), an argument is not, and the
         # message size limit checks arguments. ByValue: the batch holds the user's
         # functions, maybe from __main__ (a script, a notebook).
-        future = self._executor.submit(_call_batch, ByValue(func))  # type: ignore[union-attr]
+        if self._executor is None:  # aborted without ensure_ready, or terminated
+            self._executor = self.queue_pool.executor(**self.executor_options)
+        future = self._executor.submit(_call_batch, ByValue(func))
         if callback is not None:
             future.add_done_callback(callback)
         return future

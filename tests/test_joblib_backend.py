@@ -54,11 +54,13 @@ def test_parallel_raises_the_calls_own_error_with_the_remote_traceback(running):
 
 
 @pytest.mark.timeout(60)
-def test_parallel_without_started_consumers_refuses_at_once(pools):
+def test_parallel_without_started_consumers_refuses_at_once_unless_n_jobs_is_1(pools):
     qp = pools.queue(1)
     with joblib.parallel_config(backend="daskqueue", queue_pool=qp):
         with pytest.raises(NoConsumersError):
             Parallel(n_jobs=-1)(delayed(tasks.inc)(x) for x in range(3))
+        # n_jobs=1 runs in this process, as with every backend: no consumer needed.
+        assert Parallel(n_jobs=1)(delayed(tasks.inc)(x) for x in range(3)) == [1, 2, 3]
 
 
 @pytest.mark.timeout(90)
