@@ -57,8 +57,10 @@ def _candidates(message: str) -> list[Any]:
 def rebuild(remote: RemoteTaskError) -> BaseException | None:
     """The task's exception, rebuilt here (see the module docstring), or None."""
     cls = _class_named(remote.exc_type)
-    # Only ordinary errors: a rebuilt KeyboardInterrupt or SystemExit would stop the caller.
-    if cls is None or not issubclass(cls, Exception) or issubclass(cls, RemoteTaskError):
+    # Only ordinary errors: a rebuilt KeyboardInterrupt or SystemExit would stop the caller,
+    # and a rebuilt OSError would lack its errno and filename (its str() has them: a caller
+    # testing e.errno would see None).
+    if cls is None or not issubclass(cls, Exception) or issubclass(cls, (RemoteTaskError, OSError)):
         return None
     for arg in _candidates(remote.exc_message):
         try:

@@ -8,6 +8,7 @@ import pytest
 
 from daskqueue.errors import RemoteTaskError
 from daskqueue.local_errors import local_error
+from tests import executor_tasks  # noqa: F401  (TwoPartError's module must be imported to be found)
 
 
 def remote(exc_type, message):
@@ -21,6 +22,8 @@ def remote(exc_type, message):
     ("builtins.ZeroDivisionError", "division by zero", ZeroDivisionError),
     ("tests.executor_tasks.TwoPartError", "(7, 'detail')", RemoteTaskError),  # needs 2 arguments
     ("SystemExit", "1", RemoteTaskError),  # would stop the caller: never rebuilt
+    ("FileNotFoundError", "[Errno 2] No such file or directory: 'x'", RemoteTaskError),  # errno lost
+    ("OSError", "disk", RemoteTaskError),
     ("no_such_module_here.Error", "x", RemoteTaskError),
 ])
 def test_a_failure_is_raised_as_its_own_type_only_when_that_loses_nothing(exc_type, message, cls):
