@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import cloudpickle
 
+from daskqueue.executing import Executing  # noqa: F401  (its old home)
 from daskqueue.executor_thread import Driver
 from daskqueue.queue.options import put_options
 from daskqueue.validate import check_number
@@ -180,13 +181,3 @@ def _chunked(args: Iterator[tuple[Any, ...]], size: int) -> Iterator[tuple[list[
         if not chunk:
             return
         yield (chunk,)
-
-
-class Executing:
-    """The mixin that gives ``QueuePool`` its :meth:`executor`."""
-
-    def executor(self, **options: Any) -> QueueExecutor:
-        """A :class:`concurrent.futures.Executor` on this pool (see
-        :class:`~daskqueue.executor.QueueExecutor` for the options). Use it as a context
-        manager, or call ``shutdown()``: its thread ends then."""
-        return QueueExecutor(self, **options)

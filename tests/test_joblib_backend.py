@@ -81,7 +81,8 @@ def test_scikit_learn_cross_val_score_runs_through_the_backend(running):
 
 @pytest.mark.timeout(60)
 def test_importing_daskqueue_does_not_import_joblib_and_the_backend_comes_with_it():
-    code = ("import sys, daskqueue; assert 'joblib' not in sys.modules, 'joblib imported'; "
+    code = ("import sys, daskqueue, daskqueue.queue.pool; assert 'joblib' not in sys.modules, 'joblib imported'; "
+            "assert 'daskqueue.executor' not in sys.modules, 'executor imported'; "
             "import joblib, joblib.parallel as p; assert 'daskqueue' in p.BACKENDS; "
             "assert joblib.__loader__.__class__.__name__ == 'SourceFileLoader'; print('ok')")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))

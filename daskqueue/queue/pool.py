@@ -37,7 +37,7 @@ from daskqueue import atexit_close, defaults, registry
 from daskqueue.compat.queue_pool import QueuePool020
 from daskqueue.membership import forget, membership
 from daskqueue.errors import ConfigurationError, QueueClosedError, StoreLockedError
-from daskqueue.executor import Executing
+from daskqueue.executing import Executing
 from daskqueue.outcomes import Outcomes
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig
