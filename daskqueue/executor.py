@@ -1,7 +1,9 @@
 """``QueuePool.executor()``: the pool as a :class:`concurrent.futures.Executor`.
 
-Every tool that takes an executor (``executor=`` arguments, ``tqdm.contrib.concurrent``,
-joblib through :mod:`daskqueue.joblib_backend`) can run its work on a queue pool.
+Every tool that takes an executor instance (``executor=`` arguments, ``asyncio``'s
+``run_in_executor``; joblib through :mod:`daskqueue.joblib_backend`) can run its work on a
+queue pool. (``tqdm.contrib.concurrent`` takes an executor class, so not this one: wrap
+``tqdm(executor.map(...))`` for a bar.)
 
 One thread per executor (:mod:`daskqueue.executor_thread`, started by the first ``submit``)
 does all the remote work, so that neither submitting nor waiting costs an actor call per
