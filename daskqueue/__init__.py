@@ -106,6 +106,10 @@ from daskqueue.compat import old_paths as _old_paths  # noqa: E402
 
 _old_paths.register()
 
+from daskqueue.joblib_hook import register_when_imported as _joblib_hook  # noqa: E402
+
+_joblib_hook()  # joblib's backend="daskqueue", registered when joblib is imported (never imports it)
+
 
 def __getattr__(name: str) -> object:
     """daskqueue 0.2.0's names, kept for old scripts (each warns once)."""

@@ -239,6 +239,12 @@ class ResultCollector:
             starts.insert(i, first_seq)
             self._claims[queue_index].insert(i, (count, claim, pos0))
 
+    def exclusive(self) -> Any:
+        """The collector's (re-entrant) lock: while a thread holds it, no other thread's poll
+        fetches and nothing is taken. A send with a claim holds it until its claims are
+        registered, so that no outcome of the send lands in the results first."""
+        return self._lock
+
     def release(self, claim: MapClaim) -> None:
         """Forget the ranges of a finished ``map``."""
         with self._lock:

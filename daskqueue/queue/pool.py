@@ -37,6 +37,7 @@ from daskqueue import atexit_close, defaults, registry
 from daskqueue.compat.queue_pool import QueuePool020
 from daskqueue.membership import forget, membership
 from daskqueue.errors import ConfigurationError, QueueClosedError, StoreLockedError
+from daskqueue.executing import Executing
 from daskqueue.outcomes import Outcomes
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig, default_n_queues
@@ -69,7 +70,7 @@ _not_in_client_loop = not_in_client_loop
 _open_dirs: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
 
-class QueuePool(QueuePool020, PoolSettings, Submitting, Taking, QueuePoolAsync, OpensOnAwait):
+class QueuePool(QueuePool020, PoolSettings, Submitting, Taking, QueuePoolAsync, OpensOnAwait, Executing):
     """A pool of ``n_queues`` queue actors on the cluster of ``client``.
 
     Messages are routed round-robin, one put batch at a time; a call's messages are spread

@@ -67,10 +67,22 @@ class Sender:
 
     def send(self, batches: list[PutBatch], *, n: int = 0, claim: MapClaim | None = None,
              queue: int | None = None, queues: list[int] | None = None, into: list[int] | None = None) -> list[int]:
+        """See :meth:`_send_all`. With a ``claim``, no other thread's poll fetches until every
+        put's answer is read and its claim registered: a call may run to its end before its
+        put's answer is read, and its outcome must reach the claim, not the pool's results
+        (another caller may take those; a ``map`` would then wait forever)."""
+        if claim is None:
+            return self._send_all(batches, n=n, queue=queue, queues=queues, into=into)
+        with self.collector.exclusive():
+            return self._send_all(batches, n=n, claim=claim, queue=queue, queues=queues, into=into)
+
+    def _send_all(self, batches: list[PutBatch], *, n: int = 0, claim: MapClaim | None = None, queue: int | None = None,
+                  queues: list[int] | None = None, into: list[int] | None = None) -> list[int]:
         """Send every encoded batch, round-robin from where the last call ended (or all to
         ``queue``, or batch ``i`` to ``queues[i]``), concurrently; return the ids of the
-        ``n`` messages by input position (with ``claim``, route their results to it instead
-        and return nothing). Every answer is collected before a failure is raised (see the
+        ``n`` messages by input position (with ``claim``, route their results to it instead,
+        registered as each put is answered, and fill in the ids only if ``into`` is given).
+        Every answer is collected before a failure is raised (see the
         module docstring)."""
         sends = []
         errors: list[tuple[int, BaseException, int]] = []
@@ -94,7 +106,7 @@ class Sender:
             except Exception as e:
                 errors.append((q, e, sum(g.count for g in groups)))
                 continue
-            self._stored(q, groups, positions, allocated, ids, claim)
+            self._stored(q, groups, positions, allocated, ids, claim, into is not None)
         if errors:
             raise self._failure(errors, ids)
         return ids
@@ -108,15 +120,18 @@ class Sender:
         return blob, token, self.table.call(q, "put_batch", blob, token)
 
     def _stored(self, q: int, groups: Any, positions: Any, allocated: Any, ids: list[Any],
-                claim: MapClaim | None) -> None:
-        """Queue ``q`` stored a batch: count it, and record its ids (or its claim)."""
+                claim: MapClaim | None, keep_ids: bool = False) -> None:
+        """Queue ``q`` stored a batch: count it, and record its ids (or its claim, and its
+        ids too with ``keep_ids``)."""
         self.table.put_counts[q] += sum(g.count for g in groups)
         self.table.sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
         for (first_seq, count), pos in zip(allocated, positions):
             if claim is not None:
                 for run_seq, run_count, run_pos in consecutive_runs(first_seq, pos):
                     self.collector.claim(q, run_seq, run_count, claim, run_pos)
-            elif isinstance(pos, range) and pos.step == 1:
+                if not keep_ids:
+                    continue
+            if isinstance(pos, range) and pos.step == 1:
                 ids[pos.start : pos.stop] = [(s << QUEUE_INDEX_BITS) | q for s in range(first_seq, first_seq + count)]
             else:
                 for k, p in enumerate(pos):
