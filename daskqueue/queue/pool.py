@@ -56,6 +56,7 @@ from daskqueue.queue.taking import Taking
 from daskqueue.queue.table import QueueTable
 from daskqueue.results import ResultCollector
 from daskqueue.opening import OpensOnAwait
+from daskqueue.producers import ClassOrInstanceMethod, ProducerSpec
 from daskqueue.validate import check_number, check_optional_str
 
 __all__ = ["QueuePool", "Eta", "eta_epoch_s", "MAX_TIME_LIMIT_S"]
@@ -253,12 +254,61 @@ class QueuePool(QueuePool020, PoolSettings, Submitting, Taking, QueuePoolAsync, 
         """The queue actors' handles by queue index (a removed queue's stays in its place)."""
         return [] if self.table is None else self.table.handles
 
+    # -- other producers: attached clients, tasks (see daskqueue.producers) -----------------------
+
+    #: Who this handle is: ``"owner"`` (it made the queues), ``"attached"`` (by name), ``"task"``.
+    _role = "owner"
+    #: The producer tag its puts carry and whose outcomes it reads (the owner's is 0).
+    producer = 0
+
+    def _attach_by_name(cls, client: Client, name: str) -> QueuePool:  # type: ignore[misc]
+        """``QueuePool.attach(client, name)``: a handle on the running pool registered as
+        ``name`` on ``client``'s scheduler, from any process. It submits like the owner
+        (``submit``, ``batch_submit``, ``put_many``, ``map``) and reads exactly the outcomes
+        of what it submitted (``result(id)``, ``results()``, ``failures()``), none of another
+        producer's. Closing it leaves the pool open; when the owner closes the pool, its calls
+        raise :class:`PoolClosedError` (as does attaching to a name no open pool has)."""
+        from daskqueue.queue.attached import attach_by_name
+
+        if not isinstance(client, Client):
+            raise ConfigurationError(f"client must be a distributed.Client, got {type(client).__name__}")
+        return attach_by_name(client, check_optional_str("name", name) or "")
+
+    def _attach_instance(self, client_or_consumer_pool: Any, name: str | None = None) -> Any:
+        """On an instance: ``qp.attach(client, name)`` as on the class; the old internal
+        ``qp.attach(consumer_pool)`` is :meth:`register_consumer_pool`."""
+        if isinstance(client_or_consumer_pool, Client):
+            return type(self).attach(client_or_consumer_pool, name)
+        return self.register_consumer_pool(client_or_consumer_pool)
+
+    attach = ClassOrInstanceMethod(_attach_by_name, _attach_instance)
+
+    def producer_spec(self) -> ProducerSpec:
+        """What a handle on this pool is rebuilt from elsewhere (what pickling it carries)."""
+        refs = [None] * self.n_queues
+        for q, handle in self.serving().items():
+            refs[q] = registry.actor_ref(handle)
+        client = self.client
+        address = client.scheduler.address if client is not None and client.scheduler is not None else None
+        if address is None:
+            address = getattr(getattr(self, "spec", None), "scheduler_address", None)
+        return ProducerSpec(self.name, self.config, self.time_limit_s, tuple(refs), self.producer, address)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A pool pickles as a handle (``submit(f, queue_pool)``, a closure over it): see
+        :func:`daskqueue.queue.attached.unpickle_pool`. Its puts carry this handle's producer
+        tag, so the outcomes of what the task submits are read here."""
+        from daskqueue.queue.attached import unpickle_pool
+
+        self._check_open()
+        return (unpickle_pool, (self.producer_spec(),))
+
     # -- what a consumer pool asks of its queue pool --------------------------------------------
 
-    def attach(self, consumer_pool: Any) -> None:
+    def register_consumer_pool(self, consumer_pool: Any) -> None:
         """A ``ConsumerPool`` works on this pool: it hears of moves (``on_queue_moved``),
         resizes (``on_queues_changed``) and retiring workers (``on_workers_retiring``), and
-        ``map`` checks one is running."""
+        ``map`` checks one is running. (Was ``attach(consumer_pool)``, which still works.)"""
         self._consumer_pools.add(consumer_pool)
 
     def consumer_pools(self) -> list[Any]:
