@@ -32,8 +32,7 @@ def document_via(pool, doc: int, n_pages: int) -> list[int]:
 
 def squares_inside(n: int) -> list[int]:
     """A task that maps over the pool it runs in and waits for the results."""
-    return daskqueue.get_pool().map(pow, [(i) for i in range(n)], timeout_s=30) if False else \
-        daskqueue.get_pool().map(square, range(n), timeout_s=30)
+    return daskqueue.get_pool().map(square, range(n), timeout_s=30)
 
 
 def square(x: int) -> int:
@@ -52,3 +51,8 @@ def slow_document(doc: int, n_pages: int, seconds: float) -> list[int]:
 
 def pid_page(doc: int, number: int) -> tuple[int, int, int]:
     return doc, number, os.getpid()
+
+
+def oversized_follow_up(n_bytes: int) -> int:
+    """A task whose follow-up's argument is too big to be stored."""
+    return daskqueue.get_pool().submit(page, b"x" * n_bytes, 0)
