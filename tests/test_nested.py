@@ -4,6 +4,7 @@ passed to a task as an argument, and a worker killed while tasks enqueue follow-
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +147,13 @@ def test_a_worker_killed_under_nested_submission_of_a_transient_pool_gives_a_typ
             assert e.exc_type.endswith(("QueueLostError", "QueueCallTimeoutError")), e
     cp.close()
     qp.close()
+
+
+@pytest.mark.timeout(60)
+def test_the_documents_and_pages_example_reads_every_page_of_every_document(client):
+    import random
+    import runpy
+
+    example = runpy.run_path(str(Path(__file__).resolve().parent.parent / "examples" / "documents_and_pages.py"))
+    per_doc = example["main"](client, n_docs=12)
+    assert per_doc == {f"doc{d}": random.Random(d).randint(1, 40) for d in range(12)}
