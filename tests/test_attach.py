@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from daskqueue import ConfigurationError, QueuePool
+from daskqueue import ConfigurationError, ConsumerPool, QueuePool
 from daskqueue.errors import PoolClosedError, QueueClosedError
 from tests import tasks
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_a_second_client_in_another_process_maps_while_the_owner_maps_and_each_gets_exactly_its_own(
         client, pools):
     qp = pools.queue(2, name="attach-two-producers")
-    cp = pools.consumer(qp)
+    cp = pools.consumer(qp, isolation="thread")
     cp.start()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     other = subprocess.Popen([sys.executable, "-m", "tests.attach_client", client.scheduler.address, qp.name],
@@ -46,7 +46,7 @@ def test_a_second_client_in_another_process_maps_while_the_owner_maps_and_each_g
 @pytest.mark.timeout(60)
 def test_closing_an_attached_handle_leaves_the_pool_open_and_the_owner_closing_it_is_a_typed_error(client, pools):
     qp = pools.queue(1, name="attach-close")
-    cp = pools.consumer(qp)
+    cp = pools.consumer(qp, isolation="thread")
     cp.start()
     attached = QueuePool.attach(client, "attach-close")
     other = qp.attach(client, "attach-close")  # the same, called on an instance
@@ -76,7 +76,7 @@ def test_attaching_asks_for_a_client_and_an_open_pool(client):
 @pytest.mark.timeout(60)
 def test_a_pool_pickles_as_a_handle_whose_outcomes_the_owner_reads(client, pools):
     qp = pools.queue(2)
-    cp = pools.consumer(qp)
+    cp = pools.consumer(qp, isolation="thread")
     cp.start()
     handle = pickle.loads(pickle.dumps(qp))
     assert handle.name == qp.name and handle.producer == qp.producer == 0
@@ -84,3 +84,19 @@ def test_a_pool_pickles_as_a_handle_whose_outcomes_the_owner_reads(client, pools
     assert qp.result(task, timeout_s=30) == 8
     with pytest.raises(ConfigurationError, match="read by whoever submitted"):
         handle.results()
+
+
+@pytest.mark.timeout(90)
+def test_an_attached_handle_follows_a_durable_queue_reopened_after_its_worker_died(cluster_factory, tmp_path):
+    from tests.helpers import kill_worker
+
+    _, client = cluster_factory(3)
+    qp = QueuePool(client, 2, durability="durable", dirpath=tmp_path / "q", name="attach-follow")
+    cp = ConsumerPool(client, qp, isolation="thread")
+    cp.start()
+    attached = QueuePool.attach(client, "attach-follow")
+    assert attached.map(tasks.double, range(6), timeout_s=30) == [0, 2, 4, 6, 8, 10]
+    kill_worker(client, qp.queues[0]._address)
+    assert attached.map(tasks.double, range(6), timeout_s=60) == [0, 2, 4, 6, 8, 10]
+    cp.close()
+    qp.close()

@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from typing import Any
 
-from daskqueue import registry
-from daskqueue.errors import ConfigurationError, NoConsumersError, PoolClosedError, QueueClosedError
+from daskqueue import defaults, registry
+from daskqueue.errors import ConfigurationError, PoolClosedError, QueueClosedError, QueueLostError
 from daskqueue.outcomes import Outcomes
 from daskqueue.producers import OWNER, ProducerSpec, new_producer_tag
 from daskqueue.queue.config import PoolConfig
@@ -70,15 +71,43 @@ class LoopQueue:
 
 
 class HandleTable(QueueTable):
-    """A handle's table: a queue closed under it means its owner closed the pool."""
+    """A handle's table: a queue closed under it means its owner closed the pool; a queue
+    moved (a durable one reopened elsewhere) is looked up again in the registry, where the
+    owner records where it went (``refresh(q)``: the registered handle, or None)."""
 
     pool_name = ""
+    refresh: Any = None
 
     def answer(self, q: int, pending: Pending, deadline: float | None = None) -> Any:
         try:
             return super().answer(q, pending, deadline)
         except QueueClosedError as e:
             raise PoolClosedError(self.pool_name) from e
+
+    def await_move(self, q: int, handle: Any) -> None:
+        """Wait (bounded) until the registry names another actor for queue ``q``."""
+        if self.refresh is None:
+            return super().await_move(q, handle)
+        deadline = time.monotonic() + defaults.MOVE_WAIT_S
+        while self.handles[q] is handle and time.monotonic() < deadline:
+            self._follow(q, handle)
+            if self.handles[q] is handle:
+                time.sleep(defaults.POLL_INTERVAL_S * 5)
+
+    def lost_error(self, q: int, handle: Any = None, *, unsent: int = 0) -> QueueLostError:
+        if self.refresh is not None and self.durability == "durable":
+            self._follow(q, self.handles[q] if handle is None else handle)
+        return super().lost_error(q, handle, unsent=unsent)
+
+    def _follow(self, q: int, handle: Any) -> None:
+        try:
+            new = self.refresh(q)
+        except Exception as e:  # the registry is for finding pools: the caller's error stands
+            logger.debug("queue %d: registry not read: %s", q, e)
+            return
+        if new is not None and (new.key, new._address) != (handle.key, handle._address):
+            logger.info("queue %d of pool %r moved to %s: following it", q, self.pool_name, new._address)
+            self.replace(q, new, None)
 
 
 class ReadsNothing(Outcomes):
@@ -214,8 +243,16 @@ def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> Po
                         range(len(handles))), new_producer_tag() if producer is None else producer,
                         client.scheduler.address)
     pool = build_handle(spec, handles, client, role="attached" if producer is None else "task", removed=missing)
+    pool.table.refresh = lambda q: _registered_handle(client, name, q)
     logger.info("%r attached", pool)
     return pool
+
+
+def _registered_handle(client: Any, name: str, q: int) -> Any:
+    """The handle of queue ``q`` the registry names now (None: not serving, or the pool gone)."""
+    entry = registry.registered_pool(client, name)
+    ref = None if entry is None else (entry.get("queues") or {}).get(str(q))
+    return None if ref is None else registry.actor_from_ref(tuple(ref))
 
 
 def unpickle_pool(spec: ProducerSpec) -> QueuePool:
