@@ -56,3 +56,8 @@ def pid_page(doc: int, number: int) -> tuple[int, int, int]:
 def oversized_follow_up(n_bytes: int) -> int:
     """A task whose follow-up's argument is too big to be stored."""
     return daskqueue.get_pool().submit(page, b"x" * n_bytes, 0)
+
+
+def submit_from_a_dask_task(pool, x: int) -> int:
+    """A plain Dask task (client.submit) given a pool: it submits to the pool."""
+    return pool.submit(square, x)

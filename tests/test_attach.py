@@ -84,6 +84,11 @@ def test_a_pool_pickles_as_a_handle_whose_outcomes_the_owner_reads(client, pools
     assert qp.result(task, timeout_s=30) == 8
     with pytest.raises(ConfigurationError, match="read by whoever submitted"):
         handle.results()
+    # Unpickled by Dask on a worker (a plain Dask task given the pool): a handle there too.
+    from tests import nested_tasks
+
+    task = client.submit(nested_tasks.submit_from_a_dask_task, qp, 7, pure=False).result(timeout=30)
+    assert qp.result(task, timeout_s=30) == 49
 
 
 @pytest.mark.timeout(90)

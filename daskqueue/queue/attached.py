@@ -18,6 +18,7 @@ Three kinds (see :mod:`daskqueue.producers` for who gets which):
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -65,6 +66,10 @@ class LoopQueue:
             raise AttributeError(method)
 
         def call(*args: Any) -> Any:
+            if self._slot not in self._calls.queues:  # taken out of the pool since
+                failed: concurrent.futures.Future[Any] = concurrent.futures.Future()
+                failed.set_exception(QueueLostError(self._slot, self._address, "unknown"))
+                return failed
             return asyncio.run_coroutine_threadsafe(self._calls.call_moving(self._slot, method, *args), self._loop)
 
         return call
@@ -142,6 +147,16 @@ class PoolHandle(QueuePool):
 
     def consumer_pools(self) -> list[Any]:
         return []
+
+    def register_consumer_pool(self, consumer_pool: Any) -> None:
+        raise ConfigurationError(f"consumers are started on the pool's owner, not on {self!r}: a handle does "
+                                 "not follow the cluster for them")
+
+    def add_queues(self, k: int = 1) -> list[int]:
+        raise ConfigurationError(f"only the pool's owner adds queues, not {self!r}")
+
+    def remove_queue(self, index: int, *, timeout_s: float | None = None) -> int:
+        raise ConfigurationError(f"only the pool's owner removes queues, not {self!r}")
 
     def map(self, func: Any, iterable: Any, **kwargs: Any) -> list[Any]:  # type: ignore[override]
         """:meth:`QueuePool.map`; on a task handle, through a sibling handle with a fresh
@@ -255,6 +270,19 @@ def _registered_handle(client: Any, name: str, q: int) -> Any:
     return None if ref is None else registry.actor_from_ref(tuple(ref))
 
 
+def _in_worker_process() -> bool:
+    """Whether a Dask worker runs in this process (arguments are unpickled on its event loop,
+    before the task runs, where ``get_worker()`` does not answer yet; the handles bind to the
+    worker on their first call)."""
+    from distributed import Worker, get_worker
+
+    try:
+        get_worker()
+        return True
+    except ValueError:
+        return any(w.status.name not in ("closed", "closing") for w in list(Worker._instances))
+
+
 def unpickle_pool(spec: ProducerSpec) -> QueuePool:
     """A pickled ``QueuePool`` arriving somewhere: inside a task of that pool, the running
     consumer's handle; on a worker, a task handle through the worker's connections; in a
@@ -264,15 +292,10 @@ def unpickle_pool(spec: ProducerSpec) -> QueuePool:
     source = producers.current_source()
     if source is not None and source.spec.name == spec.name:
         return source(spec.producer)
-    try:
-        from distributed import get_worker
-
-        get_worker()
-        on_worker, client = True, None
-    except ValueError:
+    on_worker, client = _in_worker_process(), None
+    if not on_worker:
         from distributed import get_client
 
-        on_worker = False
         try:
             client = get_client()
         except ValueError as e:
@@ -311,7 +334,7 @@ class PoolSource:
     def _make(self, producer: int) -> PoolHandle:
         spec = self.spec.with_producer(producer)
         if self._calls is not None:
-            n = len(spec.refs)
+            n = max(len(spec.refs), 1 + max(self._calls.queues, default=-1))  # queues added since count
             handles = [LoopQueue(self._calls, q, self._loop) for q in range(n)]  # type: ignore[arg-type]
             missing = {q for q in range(n) if q not in self._calls.queues}
             return build_handle(spec, handles, None, role="task", removed=missing)
