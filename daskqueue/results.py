@@ -264,7 +264,9 @@ class ResultCollector:
             for q in which:
                 try:
                     # The owner's call keeps its old form (queues of older versions answer it).
-                    args = (self._cursors[q], self._dead_cursors[q], wait_s) + ((self.producer,) if self.producer else ())
+                    args = (self._cursors[q], self._dead_cursors[q], wait_s)
+                    if self.producer:
+                        args += (self.producer,)
                     futures.append((q, self._call(q, "fetch_outcomes", *args)))
                 except QueueMovedError:
                     continue  # still moving after the wait: the next poll asks again

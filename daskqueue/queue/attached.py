@@ -94,7 +94,7 @@ class HandleTable(QueueTable):
         if self.refresh is None:
             return super().await_move(q, handle)
         deadline = time.monotonic() + defaults.MOVE_WAIT_S
-        while self.handles[q] is handle and time.monotonic() < deadline:
+        while self.handles[q] is handle and q not in self.lost and time.monotonic() < deadline:
             self._follow(q, handle)
             if self.handles[q] is handle:
                 time.sleep(defaults.POLL_INTERVAL_S * 5)
@@ -104,15 +104,31 @@ class HandleTable(QueueTable):
             self._follow(q, self.handles[q] if handle is None else handle)
         return super().lost_error(q, handle, unsent=unsent)
 
+    def gone(self, q: int, handle: Any) -> bool:
+        """Also asks the registry (while a call waits, once a slice): a call in flight when
+        its queue's worker died may never be answered, and no follower tells this handle."""
+        if super().gone(q, handle):
+            return True
+        if self.refresh is not None:
+            self._follow(q, handle)
+        return q in self.lost or handle is not self.handles[q]
+
     def _follow(self, q: int, handle: Any) -> None:
+        """Look queue ``q`` up in the registry: moved (another actor), lost (a transient
+        queue the owner no longer lists), or the pool closed (:class:`PoolClosedError`)."""
         try:
-            new = self.refresh(q)
+            registered, new = self.refresh(q)
         except Exception as e:  # the registry is for finding pools: the caller's error stands
             logger.debug("queue %d: registry not read: %s", q, e)
             return
+        if not registered:
+            raise PoolClosedError(self.pool_name, "it is no longer registered")
         if new is not None and (new.key, new._address) != (handle.key, handle._address):
             logger.info("queue %d of pool %r moved to %s: following it", q, self.pool_name, new._address)
             self.replace(q, new, None)
+        elif new is None and self.durability == "transient" and q not in self.lost:
+            logger.warning("queue %d of pool %r was lost (the owner no longer lists it)", q, self.pool_name)
+            self.give_up(q)
 
 
 class ReadsNothing(Outcomes):
@@ -131,7 +147,8 @@ class PoolHandle(QueuePool):
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<QueuePool {self.name!r} ({self._role} handle, producer {self.producer}): {self.n_queues} queues, {state}>"
+        return (f"<QueuePool {self.name!r} ({self._role} handle, producer {self.producer}): "
+                f"{self.n_queues} queues, {state}>")
 
     def has_running_consumers(self) -> bool:
         """A task handle runs inside a consumer; an attached one asks the registry."""
@@ -263,11 +280,14 @@ def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> Po
     return pool
 
 
-def _registered_handle(client: Any, name: str, q: int) -> Any:
-    """The handle of queue ``q`` the registry names now (None: not serving, or the pool gone)."""
+def _registered_handle(client: Any, name: str, q: int) -> tuple[bool, Any]:
+    """Whether pool ``name`` is registered, and the handle of its queue ``q`` there now
+    (None: not serving, being moved or lost)."""
     entry = registry.registered_pool(client, name)
-    ref = None if entry is None else (entry.get("queues") or {}).get(str(q))
-    return None if ref is None else registry.actor_from_ref(tuple(ref))
+    if entry is None:
+        return False, None
+    ref = (entry.get("queues") or {}).get(str(q))
+    return True, None if ref is None else registry.actor_from_ref(tuple(ref))
 
 
 def _in_worker_process() -> bool:

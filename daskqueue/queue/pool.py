@@ -14,8 +14,11 @@ surviving queue takes back at once the leases of the consumers that died with it
 that died with it is known lost, so every call that needs it raises :class:`QueueLostError` at
 once instead of waiting on a dead address.
 
+Other producers (a second client attached by name, a handle inside a task, a pickled pool)
+are :mod:`~daskqueue.queue.pool_producers`' and :mod:`~daskqueue.queue.attached`'s.
+
 The interface of a consumer pool to its queue pool (and back) is explicit: the queue pool
-offers :meth:`QueuePool.attach`, :meth:`~QueuePool.queue_refs`, :attr:`~QueuePool.homes`,
+offers :meth:`QueuePool.register_consumer_pool`, :meth:`~QueuePool.queue_refs`, :attr:`~QueuePool.homes`,
 :meth:`~QueuePool.lost_addresses`, :meth:`~QueuePool.set_slots`,
 :meth:`~QueuePool.check_scheduler`, :attr:`~QueuePool.outcomes`, :attr:`~QueuePool.closed`;
 a consumer pool answers ``on_queues_changed()``, ``on_queue_moved(q, handle)`` and
@@ -56,7 +59,7 @@ from daskqueue.queue.taking import Taking
 from daskqueue.queue.table import QueueTable
 from daskqueue.results import ResultCollector
 from daskqueue.opening import OpensOnAwait
-from daskqueue.producers import ClassOrInstanceMethod, ProducerSpec
+from daskqueue.queue.pool_producers import Producing
 from daskqueue.validate import check_number, check_optional_str
 
 __all__ = ["QueuePool", "Eta", "eta_epoch_s", "MAX_TIME_LIMIT_S"]
@@ -70,7 +73,7 @@ _not_in_client_loop = not_in_client_loop
 _open_dirs: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
 
-class QueuePool(QueuePool020, PoolSettings, Submitting, Taking, QueuePoolAsync, OpensOnAwait):
+class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Taking, QueuePoolAsync, OpensOnAwait):
     """A pool of ``n_queues`` queue actors on the cluster of ``client``.
 
     Messages are routed round-robin, one put batch at a time; a call's messages are spread
@@ -253,55 +256,6 @@ class QueuePool(QueuePool020, PoolSettings, Submitting, Taking, QueuePoolAsync, 
     def queues(self) -> list[Any]:
         """The queue actors' handles by queue index (a removed queue's stays in its place)."""
         return [] if self.table is None else self.table.handles
-
-    # -- other producers: attached clients, tasks (see daskqueue.producers) -----------------------
-
-    #: Who this handle is: ``"owner"`` (it made the queues), ``"attached"`` (by name), ``"task"``.
-    _role = "owner"
-    #: The producer tag its puts carry and whose outcomes it reads (the owner's is 0).
-    producer = 0
-
-    def _attach_by_name(cls, client: Client, name: str) -> QueuePool:  # type: ignore[misc]
-        """``QueuePool.attach(client, name)``: a handle on the running pool registered as
-        ``name`` on ``client``'s scheduler, from any process. It submits like the owner
-        (``submit``, ``batch_submit``, ``put_many``, ``map``) and reads exactly the outcomes
-        of what it submitted (``result(id)``, ``results()``, ``failures()``), none of another
-        producer's. Closing it leaves the pool open; when the owner closes the pool, its calls
-        raise :class:`PoolClosedError` (as does attaching to a name no open pool has)."""
-        from daskqueue.queue.attached import attach_by_name
-
-        if not isinstance(client, Client):
-            raise ConfigurationError(f"client must be a distributed.Client, got {type(client).__name__}")
-        return attach_by_name(client, check_optional_str("name", name) or "")
-
-    def _attach_instance(self, client_or_consumer_pool: Any, name: str | None = None) -> Any:
-        """On an instance: ``qp.attach(client, name)`` as on the class; the old internal
-        ``qp.attach(consumer_pool)`` is :meth:`register_consumer_pool`."""
-        if isinstance(client_or_consumer_pool, Client):
-            return type(self).attach(client_or_consumer_pool, name)
-        return self.register_consumer_pool(client_or_consumer_pool)
-
-    attach = ClassOrInstanceMethod(_attach_by_name, _attach_instance)
-
-    def producer_spec(self) -> ProducerSpec:
-        """What a handle on this pool is rebuilt from elsewhere (what pickling it carries)."""
-        refs = [None] * self.n_queues
-        for q, handle in self.serving().items():
-            refs[q] = registry.actor_ref(handle)
-        client = self.client
-        address = client.scheduler.address if client is not None and client.scheduler is not None else None
-        if address is None:
-            address = getattr(getattr(self, "spec", None), "scheduler_address", None)
-        return ProducerSpec(self.name, self.config, self.time_limit_s, tuple(refs), self.producer, address)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """A pool pickles as a handle (``submit(f, queue_pool)``, a closure over it): see
-        :func:`daskqueue.queue.attached.unpickle_pool`. Its puts carry this handle's producer
-        tag, so the outcomes of what the task submits are read here."""
-        from daskqueue.queue.attached import unpickle_pool
-
-        self._check_open()
-        return (unpickle_pool, (self.producer_spec(),))
 
     # -- what a consumer pool asks of its queue pool --------------------------------------------
 
