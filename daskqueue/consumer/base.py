@@ -57,6 +57,9 @@ class ConsumerBase:
     raises: the message is then retried with backoff and, after ``max_retries``,
     dead-lettered with the error, which ``ConsumerPool.failures()`` reports.
 
+    ``pool_spec`` (given by ``ConsumerPool``) is the :class:`~daskqueue.producers.ProducerSpec`
+    of the queue pool: what ``daskqueue.get_pool()`` inside ``process_item`` is made from.
+
     Actor methods: ``start``, ``stop``, ``close``, ``stats``; from the pool, ``set_queue``,
     ``set_queues`` and ``workers_lost``.
     """
