@@ -61,3 +61,12 @@ def oversized_follow_up(n_bytes: int) -> int:
 def submit_from_a_dask_task(pool, x: int) -> int:
     """A plain Dask task (client.submit) given a pool: it submits to the pool."""
     return pool.submit(square, x)
+
+
+class Splitter(daskqueue.ConsumerBase):
+    """A custom consumer: a number becomes two words, enqueued from process_item."""
+
+    def process_item(self, message):
+        if isinstance(message.data, str):
+            return message.data.upper()
+        return daskqueue.get_pool().put_many([f"w{message.data}-{i}" for i in range(2)])

@@ -157,3 +157,14 @@ def test_the_documents_and_pages_example_reads_every_page_of_every_document(clie
     example = runpy.run_path(str(Path(__file__).resolve().parent.parent / "examples" / "documents_and_pages.py"))
     per_doc = example["main"](client, n_docs=12)
     assert per_doc == {f"doc{d}": random.Random(d).randint(1, 40) for d in range(12)}
+
+
+@pytest.mark.timeout(60)
+def test_process_item_of_a_custom_consumer_enqueues_raw_items_through_get_pool(pools):
+    qp = pools.queue(2)
+    cp = pools.consumer(qp, ConsumerClass=nt.Splitter, isolation="thread")
+    cp.start()
+    qp.put_many([1, 2])
+    cp.join(timeout=45)
+    words = sorted(v for v in cp.results().values() if isinstance(v, str))
+    assert words == ["W1-0", "W1-1", "W2-0", "W2-1"]
