@@ -31,7 +31,8 @@ def test_a_second_client_in_another_process_maps_while_the_owner_maps_and_each_g
     rounds = 0
     while other.poll() is None or rounds < 3:  # the owner maps the whole time the other runs
         start = 100 * rounds
-        assert qp.map(tasks.double, range(start, start + 100), timeout_s=60) == [2 * x for x in range(start, start + 100)]
+        expected = [2 * x for x in range(start, start + 100)]
+        assert qp.map(tasks.double, range(start, start + 100), timeout_s=60) == expected
         rounds += 1
     out, err = other.communicate(timeout=60)
     assert other.returncode == 0, err.decode()[-3000:]
@@ -105,3 +106,16 @@ def test_an_attached_handle_follows_a_durable_queue_reopened_after_its_worker_di
     assert attached.map(tasks.double, range(6), timeout_s=60) == [0, 2, 4, 6, 8, 10]
     cp.close()
     qp.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_attached_producer_gets_its_own_outcomes_from_early_acking_consumers_too(client, pools):
+    qp = pools.queue(2, name="attach-early-ack")
+    cp = pools.consumer(qp, early_ack=True, isolation="thread")
+    cp.start()
+    attached = QueuePool.attach(client, "attach-early-ack")
+    ids = qp.batch_submit([(tasks.double, i) for i in range(20)])
+    assert attached.map(tasks.double, range(100, 130), timeout_s=30) == [2 * x for x in range(100, 130)]
+    cp.join(timeout=30)
+    assert sorted(cp.results().items()) == sorted((i, 2 * k) for k, i in enumerate(ids))
+    attached.close()
