@@ -65,9 +65,10 @@ def register_pool(pool: Any) -> None:
     """Register (or update) ``pool``'s entry: called when it starts and when its queues change."""
     queues = {str(i): actor_ref(handle) for i, handle in pool.serving().items()}
     entry = {"name": pool.name, "durability": pool.durability, "dirpath": pool.dirpath,
-             "n_queues": pool.n_queues, "queues": queues,
-             # What QueuePool.attach(client, name) rebuilds a handle from:
-             "config": pool.config.as_dict(), "time_limit_s": pool.time_limit_s}
+             "n_queues": pool.n_queues, "queues": queues}
+    config = getattr(pool, "config", None)
+    if config is not None:  # what QueuePool.attach(client, name) rebuilds a handle from
+        entry.update(config=config.as_dict(), time_limit_s=getattr(pool, "time_limit_s", None))
     _set(pool.client, [POOLS_KEY, pool.name], entry)
 
 
