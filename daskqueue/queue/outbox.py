@@ -6,13 +6,14 @@ records are numbered: ``self._results[0]`` is number ``self._results_base``; the
 cursor is the number of the first record it has not seen, and fetching from a cursor drops
 the records before it. Dead letters live in the core, numbered by ``dead_appended``.
 
+``_add_result`` / ``_drop_results`` are storage hooks (a durable queue writes both through).
+
 Records are kept per producer (see :mod:`daskqueue.queue.producer_results`): each carries the
 tag of the producer handle that reads it, and a fetch names its producer (0: the pool's
 owner) and returns only that producer's records. The numbers stay one sequence for all, and
 each producer has its own cursor (what it has fetched): a record is dropped once its own
 producer's cursor has passed it and every record before it is dropped too. A producer that
 goes away says so (``forget_producer``), or its records wait for it.
-``_add_result`` / ``_drop_results`` are storage hooks (a durable queue writes both through).
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ class OutboxMixin:
     async def forget_producer(self, producer: int) -> None:
         """Producer ``producer`` (an attached handle that closed) reads nothing more: drop its
         records (a durable queue journals the drop, as for any fetched record)."""
-        if producer:
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        if producer and not self._handed_off:  # a handed-off queue's records are its successor's
             self._producer_cursors[producer] = FORGOTTEN
             self._drop_fetched()
 
