@@ -8,7 +8,8 @@ import cloudpickle
 import pytest
 
 from daskqueue.errors import InvalidTaskError, PayloadTooLargeError, SerializationError
-from daskqueue.serialize import ResultRecord, Segment, TaggedResultRecord, decode_delivery, encode_delivery, pack_payloads, pickle_function
+from daskqueue.serialize import (ResultRecord, Segment, TaggedResultRecord, decode_delivery, encode_delivery,
+                                 pack_payloads, pickle_function)
 from tests import tasks
 
 
