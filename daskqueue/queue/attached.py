@@ -53,6 +53,12 @@ class LoopQueue:
         self._calls = calls
         self._slot = slot
         self._loop = loop
+        self._last = threading.local()  # .target: the queue handle this thread's last call went to
+
+    def moved_since_last_call(self) -> bool:
+        """Whether the consumer's handle of this queue changed since this thread's last call
+        (the pool told it where the queue moved), or the queue is no longer the consumer's."""
+        return self._calls.queues.get(self._slot) is not getattr(self._last, "target", None)
 
     def __repr__(self) -> str:
         return f"<LoopQueue {self._slot}>"
@@ -70,6 +76,7 @@ class LoopQueue:
                 failed: concurrent.futures.Future[Any] = concurrent.futures.Future()
                 failed.set_exception(QueueLostError(self._slot, self._address, "unknown"))
                 return failed
+            self._last.target = self._calls.queues[self._slot]
             return asyncio.run_coroutine_threadsafe(self._calls.call_moving(self._slot, method, *args), self._loop)
 
         return call
@@ -90,7 +97,13 @@ class HandleTable(QueueTable):
             raise PoolClosedError(self.pool_name) from e
 
     def await_move(self, q: int, handle: Any) -> None:
-        """Wait (bounded) until the registry names another actor for queue ``q``."""
+        """Wait (bounded) until the registry names another actor for queue ``q`` (a task
+        handle: until its consumer has been told where the queue moved)."""
+        if isinstance(handle, LoopQueue):
+            deadline = time.monotonic() + defaults.MOVE_WAIT_S
+            while not handle.moved_since_last_call() and time.monotonic() < deadline:
+                time.sleep(defaults.POLL_INTERVAL_S)
+            return None
         if self.refresh is None:
             return super().await_move(q, handle)
         deadline = time.monotonic() + defaults.MOVE_WAIT_S
