@@ -106,10 +106,8 @@ def _kill_the_queue_worker_mid_run(client, qp):
 @pytest.mark.timeout(90)
 def test_a_worker_killed_under_nested_submission_loses_nothing_of_a_durable_pool(cluster_factory, tmp_path):
     _, client = cluster_factory(3)
-    # A short lease: a settle that was in flight to the queue when its worker died leaves its
-    # lease to expire in the reopened queue (the work then runs again), after this, not 30 s.
     qp = QueuePool(client, 2, durability="durable", dirpath=tmp_path / "q", retry_backoff_base_s=0.05,
-                   max_retries=5, lease_timeout_s=3)
+                   max_retries=5)
     cp = ConsumerPool(client, qp, isolation="thread")
     cp.start()
     docs = qp.batch_submit([(nt.slow_document, d, 6, 0.03) for d in range(4)])
