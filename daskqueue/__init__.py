@@ -43,6 +43,7 @@ from daskqueue.messages import Message, Task, make_id, split_id
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.durable import DurableQueue
 from daskqueue.queue.pool import QueuePool
+from daskqueue.producers import get_pool
 from daskqueue.queue.transient import TransientQueue
 from daskqueue.results import DeadLetter
 
@@ -53,6 +54,7 @@ __all__ = [
     # pools (what most users need)
     "QueuePool",
     "ConsumerPool",
+    "get_pool",
     # consumers and messages
     "ConsumerBase",
     "GeneralConsumer",

@@ -27,7 +27,7 @@ __all__ = [
     "ConfigurationError", "NotATaskConsumerError", "InvalidTaskError", "SerializationError", "PayloadTooLargeError",
     "FieldTooLongError",
     # the queue's state
-    "QueueClosedError", "QueueLostError", "QueueMovedError", "QueueHandedOffError",
+    "QueueClosedError", "PoolClosedError", "QueueLostError", "QueueMovedError", "QueueHandedOffError",
     "SchedulerLostError", "NoConsumersError", "NoWorkerError", "KilledWorkerError", "QueueEmpty",
     "TimeLimitExceeded", "LeaseExpiredError", "UnknownFunctionsError",
     # waiting
@@ -122,6 +122,19 @@ class FieldTooLongError(ConfigurationError):
 
 class QueueClosedError(DaskQueueError):
     """The queue or pool was closed; it accepts no more calls."""
+
+
+class PoolClosedError(QueueClosedError):
+    """The pool an attached handle (or a handle inside a task) works on was closed by its
+    owner, or is no longer registered under the name asked for: its queues accept nothing
+    more. ``name`` is the pool's name."""
+
+    def __init__(self, name: str, detail: str = "") -> None:
+        self.name = name
+        super().__init__(f"queue pool {name!r} was closed by its owner{': ' + detail if detail else ''}")
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.name,))
 
 
 class QueueLostError(DaskQueueError):

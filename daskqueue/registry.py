@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 __all__ = ["POOLS_KEY", "CONSUMERS_KEY", "register_pool", "unregister_pool", "register_consumers",
-           "unregister_consumers", "registered_pools", "actor_from_ref", "actor_ref"]
+           "unregister_consumers", "registered_pools", "registered_pool", "actor_from_ref", "actor_ref"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -66,6 +66,9 @@ def register_pool(pool: Any) -> None:
     queues = {str(i): actor_ref(handle) for i, handle in pool.serving().items()}
     entry = {"name": pool.name, "durability": pool.durability, "dirpath": pool.dirpath,
              "n_queues": pool.n_queues, "queues": queues}
+    config = getattr(pool, "config", None)
+    if config is not None:  # what QueuePool.attach(client, name) rebuilds a handle from
+        entry.update(config=config.as_dict(), time_limit_s=getattr(pool, "time_limit_s", None))
     _set(pool.client, [POOLS_KEY, pool.name], entry)
 
 
@@ -83,6 +86,14 @@ def register_consumers(consumer_pool: Any) -> None:
 
 def unregister_consumers(consumer_pool: Any) -> None:
     _delete(consumer_pool.client, [CONSUMERS_KEY, consumer_pool.queue_pool.name, consumer_pool.id])
+
+
+def registered_pool(client: Any, name: str) -> dict[str, Any] | None:
+    """The entry of the pool registered as ``name`` (None if there is none, or it closed).
+    Unlike :func:`registered_pools` it raises if the scheduler cannot be asked."""
+    entry = client.sync(client.scheduler.get_metadata, keys=[POOLS_KEY, name], default=None,
+                        callback_timeout=REGISTRY_TIMEOUT_S)
+    return dict(entry) if entry else None
 
 
 def registered_pools(client: Any) -> dict[str, dict[str, Any]]:

@@ -122,11 +122,15 @@ class ResultCollector:
         n_queues: int,
         call: Callable[..., Any],
         answer: Callable[[int, Any, float | None], Any],
+        *,
+        producer: int = 0,
     ) -> None:
         """``call(q, method, *args)`` calls a queue actor and returns its future;
         ``answer(q, future, deadline)`` waits for it (the pool's, which name a lost queue
-        and keep the deadline)."""
+        and keep the deadline). ``producer``: the tag whose outcomes this collector reads
+        (0: the pool's owner; see :mod:`daskqueue.producers`), and no other's."""
         self._n = n_queues
+        self.producer = producer
         self._call = call
         self._answer = answer
         self._cursors = [0] * n_queues
@@ -265,8 +269,11 @@ class ResultCollector:
             futures = []
             for q in which:
                 try:
-                    futures.append((q, self._call(q, "fetch_outcomes", self._cursors[q],
-                                                  self._dead_cursors[q], wait_s)))
+                    # The owner's call keeps its old form (queues of older versions answer it).
+                    args = (self._cursors[q], self._dead_cursors[q], wait_s)
+                    if self.producer:
+                        args += (self.producer,)
+                    futures.append((q, self._call(q, "fetch_outcomes", *args)))
                 except QueueMovedError:
                     continue  # still moving after the wait: the next poll asks again
             n = 0
@@ -382,6 +389,11 @@ class ResultCollector:
             claim.fail(position, error)
 
     def _take_dead(self, q: int, dead: list[tuple[int, int, bytes, Any]]) -> int:
-        for seq, attempts, error, _meta in dead:
-            self._fail(q, seq, error, attempts)
-        return len(dead)
+        """File the dead letters of this collector's producer (every producer reads every
+        queue's dead letters; each files only its own)."""
+        n = 0
+        for seq, attempts, error, meta in dead:
+            if (getattr(meta, "producer", 0) or 0) == self.producer:
+                self._fail(q, seq, error, attempts)
+                n += 1
+        return n

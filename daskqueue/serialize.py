@@ -44,6 +44,7 @@ __all__ = [
     "encode_settle",
     "decode_settle",
     "ResultRecord",
+    "TaggedResultRecord",
     "dumps",
     "loads",
 ]
@@ -198,6 +199,7 @@ class ChunkMeta(NamedTuple):
     type: str | None
     key: str | None
     time_limit_s: float = 0.0  # 0: none
+    producer: int = 0  # who reads the outcomes: 0 the pool's owner, else an attached handle's tag
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,9 +221,12 @@ class Group:
     due_epoch: float = 0.0
     #: Seconds a message may run before it is interrupted (0: no limit).
     time_limit_s: float = 0.0
+    #: The producer tag whose handle reads these messages' outcomes (0: the pool's owner;
+    #: see :mod:`daskqueue.producers`).
+    producer: int = 0
 
     def meta(self) -> ChunkMeta:
-        return ChunkMeta(self.kind, self.digest, self.type, self.key, self.time_limit_s)
+        return ChunkMeta(self.kind, self.digest, self.type, self.key, self.time_limit_s, self.producer)
 
     def delay_now(self) -> float:
         """Seconds from now until these messages are due (0: ready now)."""
@@ -231,7 +236,7 @@ class Group:
 def encode_put(groups: Iterable[Group], funcs: dict[bytes, bytes]) -> bytes:
     flat = [
         (g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, g.count, g.offsets, g.data, g.due_epoch,
-         g.time_limit_s)
+         g.time_limit_s) + ((g.producer,) if g.producer else ())
         for g in groups
     ]
     return pickle.dumps((funcs, flat), PROTOCOL)
@@ -263,6 +268,7 @@ class Segment(NamedTuple):
     offsets: bytes  # uint32 offsets of the chunk, count + 1 of them, not rebased
     data: bytes  # the payloads, starting at offsets[0]
     time_limit_s: float = 0.0  # how long each message may run (0: no limit)
+    producer: int = 0  # the producer tag of the put (what follow-ups enqueued by these messages carry)
 
     def payloads(self) -> Iterable[bytes]:
         """Each message's payload bytes, in order."""
@@ -323,7 +329,32 @@ class ResultRecord(NamedTuple):
         return pickle.dumps(tuple(self), PROTOCOL)
 
     @classmethod
-    def from_bytes(cls, data: bytes | memoryview) -> ResultRecord:
+    def from_bytes(cls, data: bytes | memoryview) -> ResultRecord | TaggedResultRecord:
         """Read the stored form (also a pickled ``ResultRecord``, or a tuple of a
-        longer future layout: only the first fields are read)."""
-        return cls(*pickle.loads(data)[: len(cls._fields)])
+        longer future layout: only the first fields are read); a 7-field tuple is a
+        :class:`TaggedResultRecord`."""
+        fields = pickle.loads(data)
+        if len(fields) >= len(TaggedResultRecord._fields) and fields[len(cls._fields)]:
+            return TaggedResultRecord(*fields[: len(TaggedResultRecord._fields)])
+        return cls(*fields[: len(cls._fields)])
+
+    def tagged(self, producer: int) -> ResultRecord | TaggedResultRecord:
+        """This record for producer ``producer`` (0, the pool's owner: this record itself)."""
+        return TaggedResultRecord(*self, producer) if producer else self
+
+
+class TaggedResultRecord(NamedTuple):
+    """A :class:`ResultRecord` of messages an attached producer put (its ``producer`` tag,
+    see :mod:`daskqueue.producers`): the same fields and one more at the end, so that the
+    owner's records keep their old layout (in memory and on disk)."""
+
+    queue: int
+    ranges: list[tuple[int, int]]
+    failed: list[int]
+    results: bytes
+    final_errors: dict[int, bytes] | None
+    consumer: int | None = None
+    producer: int = 0
+
+    def to_bytes(self) -> bytes:
+        return pickle.dumps(tuple(self), PROTOCOL)

@@ -8,7 +8,8 @@ import cloudpickle
 import pytest
 
 from daskqueue.errors import InvalidTaskError, PayloadTooLargeError, SerializationError
-from daskqueue.serialize import ResultRecord, Segment, decode_delivery, encode_delivery, pack_payloads, pickle_function
+from daskqueue.serialize import (ResultRecord, Segment, TaggedResultRecord, decode_delivery, encode_delivery,
+                                 pack_payloads, pickle_function)
 from tests import tasks
 
 
@@ -81,7 +82,10 @@ def test_result_records_of_older_stores_and_of_a_longer_future_layout_are_read()
     fields = (1, [(10, 2)], [], pickle.dumps(["x", "y"]), None)
     assert ResultRecord.from_bytes(pickle.dumps(fields)) == ResultRecord(*fields)
     assert ResultRecord.from_bytes(pickle.dumps(ResultRecord(*fields))) == ResultRecord(*fields)
-    assert ResultRecord.from_bytes(pickle.dumps(fields + (3, "a field added later"))) == ResultRecord(*fields, 3)
+    # The 7th field is the producer tag (0, the owner's, reads as the old layout).
+    assert ResultRecord.from_bytes(pickle.dumps(fields + (3, 0, "a field added later"))) == ResultRecord(*fields, 3)
+    tagged = ResultRecord.from_bytes(pickle.dumps(fields + (3, 77, "a field added later")))
+    assert tagged == TaggedResultRecord(*fields, 3, 77) and tagged.producer == 77
 
 
 def test_the_client_keeps_the_newest_functions_pickled_by_reference_and_no_more():

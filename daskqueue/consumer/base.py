@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from daskqueue import defaults, metrics
+from daskqueue import defaults, metrics, producers
 from daskqueue.consumer.batch import Batch, Outcome, dump_results
 from daskqueue.consumer.calls import QueueCalls, worker_address
 from daskqueue.consumer.counters import DURATION_BUCKETS_S, ConsumerStats, Counters
@@ -57,6 +57,9 @@ class ConsumerBase:
     raises: the message is then retried with backoff and, after ``max_retries``,
     dead-lettered with the error, which ``ConsumerPool.failures()`` reports.
 
+    ``pool_spec`` (given by ``ConsumerPool``) is the :class:`~daskqueue.producers.ProducerSpec`
+    of the queue pool: what ``daskqueue.get_pool()`` inside ``process_item`` is made from.
+
     Actor methods: ``start``, ``stop``, ``close``, ``stats``; from the pool, ``set_queue``,
     ``set_queues`` and ``workers_lost``.
     """
@@ -79,6 +82,7 @@ class ConsumerBase:
         child_spec: bytes | None = None,
         reserved_slots: int = 0,
         reserved_priority: int = 1,
+        pool_spec: Any = None,
     ) -> None:
         if not queues:
             raise ValueError("a consumer needs at least one queue")
@@ -104,6 +108,11 @@ class ConsumerBase:
         self._running = threading.local()  # .funcs: the pickles of the batch this thread runs
         self._isolation = isolation
         self._child_spec = child_spec  # builds this consumer's twin in a child process
+        # What daskqueue.get_pool() inside a task gives (a ProducerSpec of the queue pool);
+        # the source of handles is made on the first batch (see daskqueue.queue.attached).
+        self._pool_spec = pool_spec
+        self._pool_source: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the worker's, once started
         self._lifecycle: asyncio.Lock | None = None
         self._orphan_close: asyncio.Task[None] | None = None
         self._counters = Counters()
@@ -162,6 +171,7 @@ class ConsumerBase:
         if self._slots.loop_task is not None:
             return
         self._halt_items = False
+        self._loop = asyncio.get_running_loop()
         has_local_queue = self._calls.bind()
         self._fetcher.owner = worker_address()
         if self._slots.process is None and self._wants_child(has_local_queue):
@@ -311,6 +321,7 @@ class ConsumerBase:
         (``daskqueue.consumer.isolate``) runs batches so; the fast path is ``run_batch``."""
         started = time.perf_counter()
         self._running.funcs = batch.funcs  # what _function falls back to (also in a run_batch override)
+        producers.running_in(self._pool_handles())
         try:
             if not self._setup_done:
                 with self._setup_lock:  # several run threads may arrive here at once
@@ -328,7 +339,18 @@ class ConsumerBase:
                               [None] * batch.count)
         finally:
             self._running.funcs = None
+            producers.running_in(None)
         return outcome, time.perf_counter() - started
+
+    def _pool_handles(self) -> Any:
+        """Where ``daskqueue.get_pool()`` gets its handles in this consumer's tasks (None if
+        the consumer was made without its pool's spec)."""
+        if self._pool_source is None and self._pool_spec is not None:
+            from daskqueue.queue.attached import PoolSource
+
+            calls = self._calls if self._loop is not None else None  # a child's twin has no loop
+            self._pool_source = PoolSource(self._pool_spec, calls, self._loop)
+        return self._pool_source
 
     def run_batch(self, batch: Batch) -> Outcome:
         """Run every message of ``batch`` through ``process_item``, stopping early on ``stop``."""
@@ -341,6 +363,7 @@ class ConsumerBase:
         fatal: set[int] = set()
         pos = 0
         for seg in batch.segments:
+            producers.set_producer(seg.producer)
             for j, payload in enumerate(seg.payloads()):
                 if self._halt_items:
                     return Outcome(pos, errors, fatal, results)

@@ -9,6 +9,7 @@ from daskqueue.consumer.base import Batch, ConsumerBase, Outcome
 from daskqueue.consumer.limits import run_limited
 from daskqueue.errors import InvalidTaskError
 from daskqueue.messages import Kind, Message, Task, error_from_exception
+from daskqueue.producers import set_producer
 from daskqueue.serialize import loads
 
 __all__ = ["GeneralConsumer"]
@@ -40,6 +41,7 @@ class GeneralConsumer(ConsumerBase):
         fatal: set[int] = set()
         pos = 0
         for seg in batch.segments:
+            set_producer(seg.producer)  # follow-ups this span's tasks enqueue carry its producer
             try:
                 func = None if seg.kind == Kind.RAW else self._function(seg.digest)
             except Exception as e:

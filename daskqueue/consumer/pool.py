@@ -130,6 +130,8 @@ class ConsumerPool(ConsumerPool020, ConsumerPoolAsync, OpensOnAwait):
         self._open_now_or_on_await(client, lambda: self._open(n_consumers))
 
     def _open(self, n_consumers: int | None) -> None:
+        # What daskqueue.get_pool() inside this pool's tasks is made from (daskqueue.producers).
+        self._options.setdefault("pool_spec", self.queue_pool.producer_spec())
         self._membership = membership(self.client, owner=self)
         try:
             self.members.members = self._start_members(n_consumers)
@@ -137,7 +139,7 @@ class ConsumerPool(ConsumerPool020, ConsumerPoolAsync, OpensOnAwait):
             forget(self)
             raise
         self._membership.add_listener(self)
-        self.queue_pool.attach(self)
+        self.queue_pool.register_consumer_pool(self)
         registry.register_consumers(self)
         atexit_close.track(self)
 

@@ -34,6 +34,7 @@ queue runs behind the gate (:mod:`~daskqueue.queue.gate`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -61,6 +62,7 @@ from daskqueue.queue.peer_state import WORK_ANNOUNCE_S
 from daskqueue.queue.peers import PeersMixin
 from daskqueue.queue.policy import FIFO, TypePolicy
 from daskqueue.queue.sweeper import LOAD_REPORT_S, SweeperMixin
+from daskqueue.queue.producer_results import EarlyProducers, span_producers, split_by_producer
 from daskqueue.serialize import ResultRecord, decode_put, decode_settle
 
 __all__ = ["QueueActorBase", "QueueStats", "ChunkPayload", "TOKENS_KEPT", "detach_payload",
@@ -151,6 +153,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         self._init_peers()
         self._init_moving()
         self._init_outbox()
+        self._early_producers = EarlyProducers()  # producers of early-acked spans, see record_outcomes
         self._init_handoff()
 
     def __repr__(self) -> str:
@@ -213,8 +216,11 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
 
     # -- putting --------------------------------------------------------------------------------
 
-    async def put_batch(self, blob: bytes, token: bytes | None = None) -> list[tuple[int, int]]:
+    async def put_batch(self, blob: bytes, token: bytes | None = None, producer: int = 0) -> list[tuple[int, int]]:
         """Enqueue a put blob; return ``(first_seq, count)`` per group of the blob, in order.
+
+        ``producer`` (a tag, 0: the pool's owner) is the producer handle that reads these
+        messages' outcomes; a group that names its own (a moved one) keeps it.
 
         A group that storage splits into several chunks still gets one range: its chunks are
         made one after the other, so their sequence numbers are consecutive. A put with the
@@ -225,6 +231,8 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
             await self._unpaused()
         self._start()
         funcs, groups = decode_put(blob)
+        if producer:
+            groups = [g if g.producer else dataclasses.replace(g, producer=producer) for g in groups]
         if token is not None and token in self._tokens:
             return ranges_of(self._tokens[token], groups)
         new_funcs, unknown = self._funcs.to_store({g.digest for g in groups if g.digest is not None}, funcs)
@@ -295,7 +303,12 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         # lease is still held and nothing is acked without its result.
         self._core.check_settlement(lease_id, done=done, errors=errors, fatal=fatal)
         if results is not None and done:
-            self._add_result(ResultRecord(self.index, ran_ranges(lease, done), sorted(errors), results, None, consumer))
+            ranges = ran_ranges(lease, done)
+            record = ResultRecord(self.index, ranges, sorted(errors), results, None, consumer)
+            for piece in split_by_producer(record, span_producers(lease.spans, len(ranges))):
+                self._add_result(piece)
+        elif done:  # acked early: its outcomes come by record_outcomes, with bare ranges
+            self._early_producers.note(lease.spans, len(ran_ranges(lease, done)))
         self._measure(lease, done, now)
         s = self._core.settle(lease_id, done=done, errors=errors, fatal=fatal, now=now)
         try:
@@ -322,7 +335,9 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
         self._start()
-        self._add_result(ResultRecord(self.index, ranges, sorted(errors), results, errors, consumer))
+        record = ResultRecord(self.index, ranges, sorted(errors), results, errors, consumer)
+        for piece in split_by_producer(record, self._early_producers.take(ranges)):
+            self._add_result(piece)
         try:
             self._after_change(self._now())
         finally:  # the results are kept even if storage failed (see DurableQueue)

@@ -12,6 +12,7 @@ from daskqueue.errors import PayloadTooLargeError
 from daskqueue.messages import error_from_exception
 from daskqueue.queue.base import ChunkPayload
 from daskqueue.queue.core import Chunk
+from daskqueue.queue.producer_results import record_producer
 from daskqueue.serialize import PROTOCOL, ChunkMeta, ResultRecord
 
 __all__ = ["MAX_ATTEMPTS_ON_DISK", "split_result_record", "DEAD_BODY_MAGIC", "encode_dead_body", "decode_dead_body",
@@ -47,7 +48,7 @@ def split_result_record(record: ResultRecord, limit: int) -> list[ResultRecord]:
         fails = [p - lo for p in range(lo, hi) if p in failed_set]
         finals = {p - lo: final_errors[p] for p in range(lo, hi) if p in final_errors}
         return ResultRecord(record.queue, runs, fails, pickle.dumps(values[lo:hi], PROTOCOL), finals or None,
-                            record.consumer)
+                            record.consumer).tagged(record_producer(record))
 
     def emit(lo: int, hi: int) -> None:
         rec = piece(lo, hi)
@@ -61,7 +62,7 @@ def split_result_record(record: ResultRecord, limit: int) -> list[ResultRecord]:
             size = len(pickle.dumps(values[lo], PROTOCOL))
             error = error_from_exception(PayloadTooLargeError(size, limit))
             out.append(ResultRecord(record.queue, [(seqs[lo][0], 1)], [0], pickle.dumps([None], PROTOCOL), {0: error},
-                                    record.consumer))
+                                    record.consumer).tagged(record_producer(record)))
 
     emit(0, len(seqs))
     return out

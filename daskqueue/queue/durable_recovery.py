@@ -37,7 +37,8 @@ class RecoveryMixin:
             h = rc.header
             payload = ChunkPayload(rc.offsets, rc.data, rc.segment, rc.offset)
             chunk = chunks[h.base_seq] = Chunk(h.base_seq, h.count, h.priority, payload,
-                                               ChunkMeta(h.kind, h.digest, h.type, h.key, h.time_limit_s), type=h.type,
+                                               ChunkMeta(h.kind, h.digest, h.type, h.key, h.time_limit_s,
+                                                         h.producer), type=h.type,
                                                key=h.key)
             self._core.restore(chunk, rc.spans, now=now, not_before=(h.not_before - wall_offset) or None)
             live = sum(stop - start for start, stop, _ in rc.spans)

@@ -45,7 +45,7 @@ class WritingMixin:
         for g in groups:
             _check_names(g)
             # A CHUNK body is its header (with type and key), count + 1 offsets, the payloads.
-            limit = self._store.max_record_body - ChunkHeader.encoded_size(g.type, g.key)
+            limit = self._store.max_record_body - ChunkHeader.encoded_size(g.type, g.key, g.producer)
             if len(g.data) + _OFFSET * (g.count + 1) <= limit:
                 out.append(g)
                 continue
@@ -60,7 +60,8 @@ class WritingMixin:
                     stop += 1
                 sub = array("I", (o - offs[start] for o in offs[start : stop + 1]))
                 out.append(Group(g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, stop - start,
-                                 sub.tobytes(), g.data[offs[start] : offs[stop]], g.due_epoch, g.time_limit_s))
+                                 sub.tobytes(), g.data[offs[start] : offs[stop]], g.due_epoch, g.time_limit_s,
+                                 g.producer))
                 start = stop
         return out
 
@@ -82,7 +83,7 @@ class WritingMixin:
             payload, meta = chunk.payload, chunk.meta
             not_before = now + wall_offset + delay_s if delay_s > 0 else 0.0  # persisted: wall clock
             header = ChunkHeader(chunk.base_seq, chunk.count, chunk.priority, meta.kind, meta.digest, meta.type,
-                                 meta.key, not_before, meta.time_limit_s)
+                                 meta.key, not_before, meta.time_limit_s, getattr(meta, "producer", 0))
             seg, off = self._store.append_log(LogType.CHUNK, header.to_bytes(), payload.offsets.tobytes(), payload.data)
             chunk.payload = payload.stored_at(seg, off)
             records.append(IndexRecord(IndexType.CHUNK, chunk.base_seq, chunk.count, 0, seg, off))

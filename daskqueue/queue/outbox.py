@@ -5,7 +5,15 @@ A mixin of :class:`~daskqueue.queue.base.QueueActorBase` (see there why mixins).
 records are numbered: ``self._results[0]`` is number ``self._results_base``; the client's
 cursor is the number of the first record it has not seen, and fetching from a cursor drops
 the records before it. Dead letters live in the core, numbered by ``dead_appended``.
+
 ``_add_result`` / ``_drop_results`` are storage hooks (a durable queue writes both through).
+
+Records are kept per producer (see :mod:`daskqueue.queue.producer_results`): each carries the
+tag of the producer handle that reads it, and a fetch names its producer (0: the pool's
+owner) and returns only that producer's records. The numbers stay one sequence for all, and
+each producer has its own cursor (what it has fetched): a record is dropped once its own
+producer's cursor has passed it and every record before it is dropped too. A producer that
+goes away says so (``forget_producer``), or its records wait for it.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from daskqueue.queue.core import Span
 from daskqueue.queue.payload import moved_group
+from daskqueue.queue.producer_results import record_producer
 from daskqueue.segment.format import TOKEN_SIZE
 from daskqueue.serialize import PROTOCOL, ResultRecord, encode_put
 
@@ -31,6 +40,9 @@ __all__ = ["OutboxMixin"]
 logger = logging.getLogger("daskqueue")
 
 DeadRow = tuple[int, int, bytes, Any]  # (seq, attempts, error, meta)
+
+#: The cursor of a producer that reads nothing more: past every record number.
+FORGOTTEN = 1 << 62
 
 
 class OutboxMixin:
@@ -46,6 +58,7 @@ class OutboxMixin:
     def _init_outbox(self) -> None:
         self._results: list[ResultRecord] = []  # records not yet fetched
         self._results_base = 0  # the number (cursor) of self._results[0]
+        self._producer_cursors: dict[int, int] = {}  # producer tag -> first number it has not fetched
         self._outcome_event: asyncio.Event | None = None
 
     # -- storage hooks (in memory here) ---------------------------------------------------------
@@ -65,6 +78,15 @@ class OutboxMixin:
 
     # -- reading outcomes ---------------------------------------------------------------------
 
+    async def forget_producer(self, producer: int) -> None:
+        """Producer ``producer`` (an attached handle that closed) reads nothing more: drop its
+        records (a durable queue journals the drop, as for any fetched record)."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        if producer and not self._handed_off:  # a handed-off queue's records are its successor's
+            self._producer_cursors[producer] = FORGOTTEN
+            self._drop_fetched()
+
     async def fetch_results(self, cursor: int) -> tuple[int, bytes]:
         """Records from ``cursor`` on, and the next cursor; drops the records before ``cursor``.
 
@@ -76,19 +98,41 @@ class OutboxMixin:
             await self._unpaused()
         return self._results_from(cursor)
 
-    def _results_from(self, cursor: int) -> tuple[int, bytes]:
+    def _results_from(self, cursor: int, producer: int = 0) -> tuple[int, bytes]:
+        """Producer ``producer``'s records from ``cursor`` on (the records before it are its,
+        fetched), and the next cursor."""
         if self._handed_off:  # its results went to the successor, under the same numbers
             self._check_serving()
-        drop = max(0, min(cursor - self._results_base, len(self._results)))
-        if drop:
-            self._drop_results(drop)
-        end = self._results_base + len(self._results)
-        return end, pickle.dumps(self._results, PROTOCOL)
+        seen = self._producer_cursors
+        if cursor > seen.get(producer, 0):
+            seen[producer] = cursor
+        self._drop_fetched()
+        base, results = self._results_base, self._results
+        end = base + len(results)
+        start = max(0, cursor - base)
+        if start == 0 and all(record_producer(r) == producer for r in results):
+            mine = results  # one producer (the usual case): no copy
+        else:
+            mine = [r for r in results[start:] if record_producer(r) == producer]
+        return end, pickle.dumps(mine, PROTOCOL)
 
-    async def fetch_outcomes(self, cursor: int, dead_cursor: int,
-                             wait_s: float = 0.0) -> tuple[int, bytes, int, list[DeadRow]]:
-        """``fetch_results`` and ``fetch_dead`` in one call; if neither has anything new,
-        wait up to ``wait_s`` for an outcome to arrive (a long poll, not a loop)."""
+    def _drop_fetched(self) -> None:
+        """Drop the leading records that their own producers have fetched."""
+        seen, base = self._producer_cursors, self._results_base
+        n = 0
+        for record in self._results:
+            if base + n >= seen.get(record_producer(record), 0):
+                break
+            n += 1
+        if n:
+            self._drop_results(n)
+
+    async def fetch_outcomes(self, cursor: int, dead_cursor: int, wait_s: float = 0.0,
+                             producer: int = 0) -> tuple[int, bytes, int, list[DeadRow]]:
+        """``fetch_results`` and ``fetch_dead`` in one call, for producer ``producer`` (0: the
+        pool's owner; dead letters are all returned, with their meta naming their producer);
+        if neither has anything new, wait up to ``wait_s`` for an outcome to arrive (a long
+        poll, not a loop)."""
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
         self._start()
@@ -102,7 +146,7 @@ class OutboxMixin:
             if self._paused is not None:  # a pause may have begun during the wait
                 await self._unpaused()
         # Read without a yield to the loop in between: one consistent answer.
-        cursor, blob = self._results_from(cursor)
+        cursor, blob = self._results_from(cursor, producer)
         dead_cursor, dead = self._dead_from(dead_cursor)
         return cursor, blob, dead_cursor, dead
 

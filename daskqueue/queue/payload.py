@@ -52,7 +52,7 @@ def delivery_segment(span: Span) -> Segment:
     return Segment(
         span.first_seq, span.count, span.attempts, meta.kind, meta.digest, meta.type,
         span.chunk.priority, meta.key, offs.tobytes(), payload.data[offs[0] : offs[-1]],
-        getattr(meta, "time_limit_s", 0.0),
+        getattr(meta, "time_limit_s", 0.0), getattr(meta, "producer", 0),
     )
 
 
@@ -63,7 +63,8 @@ def moved_group(span: Span, delay_s: float) -> Group:
     base = offs[0]
     offsets = array("I", [o - base for o in offs])
     return Group(meta.kind, meta.digest, meta.type, span.chunk.priority, meta.key, delay_s, span.count,
-                 offsets.tobytes(), bytes(payload.data[base : offs[-1]]), 0.0, getattr(meta, "time_limit_s", 0.0))
+                 offsets.tobytes(), bytes(payload.data[base : offs[-1]]), 0.0, getattr(meta, "time_limit_s", 0.0),
+                 getattr(meta, "producer", 0))
 
 
 def ran_ranges(lease: Lease, done: int) -> list[tuple[int, int]]:

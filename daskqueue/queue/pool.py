@@ -14,8 +14,11 @@ surviving queue takes back at once the leases of the consumers that died with it
 that died with it is known lost, so every call that needs it raises :class:`QueueLostError` at
 once instead of waiting on a dead address.
 
+Other producers (a second client attached by name, a handle inside a task, a pickled pool)
+are :mod:`~daskqueue.queue.pool_producers`' and :mod:`~daskqueue.queue.attached`'s.
+
 The interface of a consumer pool to its queue pool (and back) is explicit: the queue pool
-offers :meth:`QueuePool.attach`, :meth:`~QueuePool.queue_refs`, :attr:`~QueuePool.homes`,
+offers :meth:`QueuePool.register_consumer_pool`, :meth:`~QueuePool.queue_refs`, :attr:`~QueuePool.homes`,
 :meth:`~QueuePool.lost_addresses`, :meth:`~QueuePool.set_slots`,
 :meth:`~QueuePool.check_scheduler`, :attr:`~QueuePool.outcomes`, :attr:`~QueuePool.closed`;
 a consumer pool answers ``on_queues_changed()``, ``on_queue_moved(q, handle)`` and
@@ -57,6 +60,7 @@ from daskqueue.queue.taking import Taking
 from daskqueue.queue.table import QueueTable
 from daskqueue.results import ResultCollector
 from daskqueue.opening import OpensOnAwait
+from daskqueue.queue.pool_producers import Producing
 from daskqueue.validate import check_number, check_optional_str
 
 __all__ = ["QueuePool", "Eta", "eta_epoch_s", "MAX_TIME_LIMIT_S"]
@@ -70,7 +74,8 @@ _not_in_client_loop = not_in_client_loop
 _open_dirs: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
 
-class QueuePool(QueuePool020, PoolSettings, Submitting, Taking, QueuePoolAsync, OpensOnAwait, Executing):
+class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Taking, QueuePoolAsync, OpensOnAwait,
+                Executing):
     """A pool of ``n_queues`` queue actors on the cluster of ``client``.
 
     Messages are routed round-robin, one put batch at a time; a call's messages are spread
@@ -263,10 +268,10 @@ class QueuePool(QueuePool020, PoolSettings, Submitting, Taking, QueuePoolAsync, 
 
     # -- what a consumer pool asks of its queue pool --------------------------------------------
 
-    def attach(self, consumer_pool: Any) -> None:
+    def register_consumer_pool(self, consumer_pool: Any) -> None:
         """A ``ConsumerPool`` works on this pool: it hears of moves (``on_queue_moved``),
         resizes (``on_queues_changed``) and retiring workers (``on_workers_retiring``), and
-        ``map`` checks one is running."""
+        ``map`` checks one is running. (Was ``attach(consumer_pool)``, which still works.)"""
         self._consumer_pools.add(consumer_pool)
 
     def consumer_pools(self) -> list[Any]:

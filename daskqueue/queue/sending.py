@@ -48,10 +48,12 @@ def check_keys(keys: Sequence[Any], n: int, *, key: str | None, typed: str | Non
 class Sender:
     """Sends encoded put batches of one pool (its ``table``, ``router`` and ``collector``)."""
 
-    def __init__(self, table: QueueTable, router: Router, collector: ResultCollector) -> None:
+    def __init__(self, table: QueueTable, router: Router, collector: ResultCollector, *, producer: int = 0) -> None:
         self.table = table
         self.router = router
         self.collector = collector
+        #: The producer tag every put carries (0: the pool's owner; see daskqueue.producers).
+        self.producer = producer
 
     def send_keyed(self, keyed: list[tuple[int, PutBatch]], n: int) -> list[int]:
         """Send batches encoded by key (each to its key's queue), in waves; their ids."""
@@ -102,7 +104,8 @@ class Sender:
                     for digest in e.digests:
                         self.table.sent_funcs[q].discard(digest)
                     blob = encode_put(groups, funcs)
-                    allocated = self._put_answer(q, self.table.call(q, "put_batch", blob, token), blob, token)
+                    allocated = self._put_answer(q, self.table.call(q, "put_batch", *self._put_args(blob, token)),
+                                                 blob, token)
             except Exception as e:
                 errors.append((q, e, sum(g.count for g in groups)))
                 continue
@@ -117,7 +120,11 @@ class Sender:
         sent = self.table.sent_funcs[q]
         blob = encode_put(groups, sent.unsent(funcs))
         token = os.urandom(TOKEN_SIZE)
-        return blob, token, self.table.call(q, "put_batch", blob, token)
+        return blob, token, self.table.call(q, "put_batch", *self._put_args(blob, token))
+
+    def _put_args(self, blob: bytes, token: bytes) -> tuple[Any, ...]:
+        """A put's arguments; the owner's keep their old form."""
+        return (blob, token, self.producer) if self.producer else (blob, token)
 
     def _stored(self, q: int, groups: Any, positions: Any, allocated: Any, ids: list[Any],
                 claim: MapClaim | None, keep_ids: bool = False) -> None:
@@ -161,5 +168,5 @@ class Sender:
             except QueueMovedError:
                 self.table.await_move(q, pending.handle)
                 logger.info("queue %d moved while a put was in flight; putting again there", q)
-                pending = self.table.call(q, "put_batch", blob, token)
+                pending = self.table.call(q, "put_batch", *self._put_args(blob, token))
         return self.table.answer(q, pending)

@@ -36,10 +36,10 @@ from daskqueue.validate import check_choice
 __all__ = ["Submitting", "not_in_client_loop"]
 
 
-def not_in_client_loop(client: Client) -> None:
+def not_in_client_loop(client: Client | None) -> None:
     """Raise :class:`ConfigurationError` if called in an asynchronous client's event loop,
     where a blocking call would wait forever for the loop it blocks."""
-    if client.asynchronous:
+    if client is not None and client.asynchronous:  # None: a handle inside a task
         raise ConfigurationError("this call blocks, and it was made in the event loop of an asynchronous "
                                  "Client: use its *_async form (await qp.map_async(...), "
                                  "await cp.join_async(), async for ... in cp.as_completed_async())")

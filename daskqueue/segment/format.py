@@ -20,6 +20,8 @@ __all__ = [
     "LOG_RECORD_FIELDS",
     "LOG_RECORD_HEADER",
     "CHUNK_HEADER",
+    "CHUNK_PRODUCER",
+    "HAS_PRODUCER",
     "PAYLOAD_OFFSET",
     "MAX_NAME_BYTES",
     "INDEX_RECORD_FIELDS",
@@ -114,6 +116,14 @@ INDEX_RECORD_FIELDS = struct.Struct(  # what the record's CRC covers
 INDEX_RECORD = _then(CRC, INDEX_RECORD_FIELDS)
 
 HAS_DIGEST = 0x01
+#: CHUNK flags bit 1: a producer tag (a u32, :data:`CHUNK_PRODUCER`) follows the type and key
+#: strings. Chunks of the pool's owner (tag 0) and every chunk of older stores leave it unset.
+HAS_PRODUCER = 0x02
+
+CHUNK_PRODUCER = struct.Struct(
+    "<"
+    "I"  # producer tag: whose handle reads the chunk's outcomes (absent: 0, the pool's owner)
+)
 
 
 class LogType(IntEnum):
@@ -208,21 +218,24 @@ class ChunkHeader:
     key: str | None
     not_before: float
     time_limit_s: float = 0.0
+    producer: int = 0
 
     @staticmethod
-    def encoded_size(type_: str | None, key: str | None) -> int:
-        """Bytes the header of a chunk with this type and key takes in its CHUNK body."""
-        return CHUNK_HEADER.size + len((type_ or "").encode()) + len((key or "").encode())
+    def encoded_size(type_: str | None, key: str | None, producer: int = 0) -> int:
+        """Bytes the header of a chunk with this type, key and producer tag takes in its CHUNK body."""
+        tag = CHUNK_PRODUCER.size if producer else 0
+        return CHUNK_HEADER.size + len((type_ or "").encode()) + len((key or "").encode()) + tag
 
     def to_bytes(self) -> bytes:
         t = (self.type or "").encode()
         k = (self.key or "").encode()
-        flags = HAS_DIGEST if self.digest is not None else 0
+        flags = (HAS_DIGEST if self.digest is not None else 0) | (HAS_PRODUCER if self.producer else 0)
         head = CHUNK_HEADER.pack(
             self.base_seq, self.count, self.priority, self.kind, flags, len(t), len(k), self.time_limit_s,
             self.digest or bytes(DIGEST_SIZE), self.not_before,
         )
-        return head + t + k
+        tag = CHUNK_PRODUCER.pack(self.producer) if self.producer else b""
+        return head + t + k + tag
 
     @classmethod
     def from_bytes(cls, buf: bytes | memoryview) -> tuple[ChunkHeader, int]:
@@ -231,9 +244,14 @@ class ChunkHeader:
         at = CHUNK_HEADER.size
         t = bytes(buf[at : at + tlen]).decode() if tlen else None
         k = bytes(buf[at + tlen : at + tlen + klen]).decode() if klen else None
+        end = at + tlen + klen
+        producer = 0
+        if flags & HAS_PRODUCER:
+            (producer,) = CHUNK_PRODUCER.unpack_from(buf, end)
+            end += CHUNK_PRODUCER.size
         header = cls(base, count, prio, kind, digest if flags & HAS_DIGEST else None, t, k, not_before,
-                     float(limit) if limit > 0 else 0.0)
-        return header, at + tlen + klen
+                     float(limit) if limit > 0 else 0.0, producer)
+        return header, end
 
 
 def log_name(segment: int) -> str:

@@ -1,0 +1,386 @@
+"""Handles on a pool that do not own it: attached by name, unpickled, or inside a task.
+
+A :class:`PoolHandle` is a :class:`~daskqueue.queue.pool.QueuePool` made of the same parts
+(table, router, sender, collector, outcomes) over queue actors it did not start. It never
+starts, moves or closes a queue: closing it only tells the queues that its producer reads
+nothing more. When the owner closes the pool, its calls raise :class:`PoolClosedError`.
+
+Three kinds (see :mod:`daskqueue.producers` for who gets which):
+
+* *attached* (``QueuePool.attach(client, name)``, a client in any process): a fresh producer
+  tag; it reads exactly the outcomes of what it submitted;
+* *task* handles (``get_pool()``, or a pool unpickled on a worker): the producer tag of the
+  running message (or of the pool pickled), so that the follow-ups' outcomes go to whoever
+  submitted the parent. Such a handle submits but does not read outcomes (they are its
+  producer's); its ``map`` runs on a sibling handle with a fresh tag, whose outcomes it reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from typing import Any
+
+from daskqueue import defaults, registry
+from daskqueue.errors import ConfigurationError, PoolClosedError, QueueClosedError, QueueLostError
+from daskqueue.outcomes import Outcomes
+from daskqueue.producers import OWNER, ProducerSpec, new_producer_tag
+from daskqueue.queue.config import PoolConfig
+from daskqueue.queue.handles import WorkerActor
+from daskqueue.queue.pool import QueuePool
+from daskqueue.queue.router import Router
+from daskqueue.queue.sending import Sender
+from daskqueue.queue.table import Pending, QueueTable
+from daskqueue.results import ResultCollector
+
+__all__ = ["PoolHandle", "PoolSource", "LoopQueue", "attach_by_name", "unpickle_pool"]
+
+logger = logging.getLogger("daskqueue")
+
+
+class LoopQueue:
+    """A consumer's queue ``slot``, called from one of its run threads: each call runs on the
+    worker's event loop through the consumer's own :class:`~daskqueue.consumer.calls.QueueCalls`
+    (a queue in this process is awaited directly, another through the worker's connection)
+    and answers with a ``concurrent.futures.Future``, as a :class:`QueueTable` expects."""
+
+    _future = None  # no Dask future of its own: never "marked lost" (see handles.actor_lost)
+
+    def __init__(self, calls: Any, slot: int, loop: asyncio.AbstractEventLoop) -> None:
+        self._calls = calls
+        self._slot = slot
+        self._loop = loop
+        self._last = threading.local()  # .target: the queue handle this thread's last call went to
+
+    def moved_since_last_call(self) -> bool:
+        """Whether the consumer's handle of this queue changed since this thread's last call
+        (the pool told it where the queue moved), or the queue is no longer the consumer's."""
+        return self._calls.queues.get(self._slot) is not getattr(self._last, "target", None)
+
+    def __repr__(self) -> str:
+        return f"<LoopQueue {self._slot}>"
+
+    @property
+    def _address(self) -> str:
+        return getattr(self._calls.queues.get(self._slot), "_address", None) or "this worker"
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
+
+        def call(*args: Any) -> Any:
+            if self._slot not in self._calls.queues:  # taken out of the pool since
+                failed: concurrent.futures.Future[Any] = concurrent.futures.Future()
+                failed.set_exception(QueueLostError(self._slot, self._address, "unknown"))
+                return failed
+            self._last.target = self._calls.queues[self._slot]
+            return asyncio.run_coroutine_threadsafe(self._calls.call_moving(self._slot, method, *args), self._loop)
+
+        return call
+
+
+class HandleTable(QueueTable):
+    """A handle's table: a queue closed under it means its owner closed the pool; a queue
+    moved (a durable one reopened elsewhere) is looked up again in the registry, where the
+    owner records where it went (``refresh(q)``: the registered handle, or None)."""
+
+    pool_name = ""
+    refresh: Any = None
+
+    def answer(self, q: int, pending: Pending, deadline: float | None = None) -> Any:
+        try:
+            return super().answer(q, pending, deadline)
+        except QueueClosedError as e:
+            raise PoolClosedError(self.pool_name) from e
+
+    def await_move(self, q: int, handle: Any) -> None:
+        """Wait (bounded) until the registry names another actor for queue ``q`` (a task
+        handle: until its consumer has been told where the queue moved)."""
+        if isinstance(handle, LoopQueue):
+            deadline = time.monotonic() + defaults.MOVE_WAIT_S
+            while not handle.moved_since_last_call() and time.monotonic() < deadline:
+                time.sleep(defaults.POLL_INTERVAL_S)
+            return None
+        if self.refresh is None:
+            return super().await_move(q, handle)
+        deadline = time.monotonic() + defaults.MOVE_WAIT_S
+        while self.handles[q] is handle and q not in self.lost and time.monotonic() < deadline:
+            self._follow(q, handle)
+            if self.handles[q] is handle:
+                time.sleep(defaults.POLL_INTERVAL_S * 5)
+
+    def lost_error(self, q: int, handle: Any = None, *, unsent: int = 0) -> QueueLostError:
+        if self.refresh is not None and self.durability == "durable":
+            self._follow(q, self.handles[q] if handle is None else handle)
+        return super().lost_error(q, handle, unsent=unsent)
+
+    def gone(self, q: int, handle: Any) -> bool:
+        """Also asks the registry (while a call waits, once a slice): a call in flight when
+        its queue's worker died may never be answered, and no follower tells this handle."""
+        if super().gone(q, handle):
+            return True
+        if self.refresh is not None:
+            self._follow(q, handle)
+        return q in self.lost or handle is not self.handles[q]
+
+    def _follow(self, q: int, handle: Any) -> None:
+        """Look queue ``q`` up in the registry: moved (another actor), lost (a transient
+        queue the owner no longer lists), or the pool closed (:class:`PoolClosedError`)."""
+        try:
+            registered, new = self.refresh(q)
+        except Exception as e:  # the registry is for finding pools: the caller's error stands
+            logger.debug("queue %d: registry not read: %s", q, e)
+            return
+        if not registered:
+            raise PoolClosedError(self.pool_name, "it is no longer registered")
+        if new is not None and (new.key, new._address) != (handle.key, handle._address):
+            logger.info("queue %d of pool %r moved to %s: following it", q, self.pool_name, new._address)
+            self.replace(q, new, None)
+        elif new is None and self.durability == "transient" and q not in self.lost:
+            logger.warning("queue %d of pool %r was lost (the owner no longer lists it)", q, self.pool_name)
+            self.give_up(q)
+
+
+class ReadsNothing(Outcomes):
+    """The outcomes of a task handle: its producer's, not its own, so it reads none."""
+
+    def poll(self, **kwargs: Any) -> int:
+        raise ConfigurationError("a pool handle inside a task submits work; the outcomes of that work are "
+                                 "read by whoever submitted the task (result(id) with the ids the task "
+                                 "returns, results(), as_completed()); map() here reads its own")
+
+
+class PoolHandle(QueuePool):
+    """A handle on a pool this process does not own (see the module docstring)."""
+
+    _role = "attached"
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (f"<QueuePool {self.name!r} ({self._role} handle, producer {self.producer}): "
+                f"{self.n_queues} queues, {state}>")
+
+    def has_running_consumers(self) -> bool:
+        """A task handle runs inside a consumer; an attached one asks the registry."""
+        if self._role == "task" or self.client is None:
+            return True
+        try:
+            entry = registry.registered_pools(self.client).get(self.name)
+        except Exception:  # the registry is for finding pools: let the wait decide
+            return True
+        if entry is None:
+            raise PoolClosedError(self.name, "it is no longer registered")
+        return bool(entry.get("consumers"))
+
+    def consumer_pools(self) -> list[Any]:
+        return []
+
+    def register_consumer_pool(self, consumer_pool: Any) -> None:
+        raise ConfigurationError(f"consumers are started on the pool's owner, not on {self!r}: a handle does "
+                                 "not follow the cluster for them")
+
+    def add_queues(self, k: int = 1) -> list[int]:
+        raise ConfigurationError(f"only the pool's owner adds queues, not {self!r}")
+
+    def remove_queue(self, index: int, *, timeout_s: float | None = None) -> int:
+        raise ConfigurationError(f"only the pool's owner removes queues, not {self!r}")
+
+    def map(self, func: Any, iterable: Any, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+        """:meth:`QueuePool.map`; on a task handle, through a sibling handle with a fresh
+        producer tag (its outcomes are its own), closed after."""
+        if self._role != "task":
+            return super().map(func, iterable, **kwargs)
+        sibling = build_handle(self.spec.with_producer(new_producer_tag()), self.table.handles, self.client,
+                               role="map", removed=self.table.removed)
+        try:
+            return sibling.map(func, iterable, **kwargs)
+        finally:
+            sibling.close()
+
+    def close(self) -> None:
+        """Forget this handle: the pool stays open (its owner closes it); the queues drop
+        this producer's outcomes not read yet."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.producer != OWNER and self._role != "task":
+            for q, _ in self.table.in_service():
+                try:
+                    self.table.answer(q, self.table.call(q, "forget_producer", self.producer))
+                except Exception as e:  # best effort: its records then wait in the queue
+                    logger.debug("%r: queue %d did not forget producer %d: %s", self, q, self.producer, e)
+        logger.info("%r closed (the pool stays open)", self)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosedError(f"{self!r} is closed")
+
+
+def build_handle(spec: ProducerSpec, handles: list[Any], client: Any, *, role: str,
+                 removed: set[int] = frozenset()) -> PoolHandle:  # type: ignore[assignment]
+    """A :class:`PoolHandle` of ``spec``'s pool over queue ``handles`` (by index), for
+    producer ``spec.producer``; ``removed``: indices not serving (not routed to)."""
+    pool = PoolHandle.__new__(PoolHandle)
+    config = spec.config if isinstance(spec.config, PoolConfig) else PoolConfig(**spec.config)
+    pool.config, pool.time_limit_s, pool.client, pool.name = config, spec.time_limit_s, client, spec.name
+    pool.spec, pool.producer, pool._role, pool._closed = spec, spec.producer, role, False
+    n = len(handles)
+    pool.collector = ResultCollector(n, pool._call, pool._answer, producer=spec.producer)
+    table = HandleTable(config.durability, list(handles), [None] * n, scheduler_lost=_scheduler_lost(client),
+                        settled=lambda q: pool.collector.settled[q], dirpath=config.dirpath)
+    table.pool_name = spec.name
+    table.removed = set(removed)
+    pool.table = table
+    pool.router = Router([q for q in range(n) if q not in table.removed], typed=config.scheduler != "fifo")
+    pool.sender = Sender(table, pool.router, pool.collector, producer=spec.producer)
+    outcomes = ReadsNothing if role == "task" else Outcomes
+    pool.outcomes = outcomes(pool.collector, table, consumers_running=pool.has_running_consumers)
+    logger.debug("%r made", pool)
+    return pool
+
+
+def _scheduler_lost(client: Any) -> Any:
+    if client is None:
+        return lambda: None
+    return lambda: None if client.status in ("running", "connecting", "newly-created") else client.status
+
+
+def _handles_from_refs(refs: dict[int, Any], n: int, *, on_worker: bool) -> tuple[list[Any], set[int]]:
+    """Actor handles by queue index from registry refs, and the indices with none."""
+    handles: list[Any] = []
+    missing = set()
+    for q in range(n):
+        ref = refs.get(q)
+        if ref is None:
+            handles.append(_NoQueue(q))
+            missing.add(q)
+            continue
+        actor = registry.actor_from_ref(tuple(ref))
+        # On a worker, a handle that holds no Dask future (see WorkerActor).
+        handles.append(WorkerActor(actor._cls, actor._address, actor.key) if on_worker else actor)
+    return handles, missing
+
+
+class _NoQueue:
+    """The place of a queue that did not serve when the handle was made (removed, moving)."""
+
+    _future = None
+    _address = ""
+
+    def __init__(self, q: int) -> None:
+        self.key = f"no-queue-{q}"
+
+
+def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> PoolHandle:
+    """A handle on the pool registered as ``name`` on ``client``'s scheduler, for a fresh
+    producer tag (or ``producer``). Raises :class:`PoolClosedError` if no open pool has
+    that name."""
+    entry = registry.registered_pool(client, name)
+    if entry is None or "config" not in entry:
+        raise PoolClosedError(name, "no open pool of that name is registered on this scheduler "
+                                    "(daskqueue stats lists them)")
+    refs = {int(i): ref for i, ref in (entry.get("queues") or {}).items()}
+    handles, missing = _handles_from_refs(refs, int(entry["n_queues"]), on_worker=False)
+    spec = ProducerSpec(name, PoolConfig(**entry["config"]), entry.get("time_limit_s"), tuple(refs.get(q) for q in
+                        range(len(handles))), new_producer_tag() if producer is None else producer,
+                        client.scheduler.address)
+    pool = build_handle(spec, handles, client, role="attached" if producer is None else "task", removed=missing)
+    pool.table.refresh = lambda q: _registered_handle(client, name, q)
+    logger.info("%r attached", pool)
+    return pool
+
+
+def _registered_handle(client: Any, name: str, q: int) -> tuple[bool, Any]:
+    """Whether pool ``name`` is registered, and the handle of its queue ``q`` there now
+    (None: not serving, being moved or lost)."""
+    entry = registry.registered_pool(client, name)
+    if entry is None:
+        return False, None
+    ref = (entry.get("queues") or {}).get(str(q))
+    return True, None if ref is None else registry.actor_from_ref(tuple(ref))
+
+
+def _in_worker_process() -> bool:
+    """Whether a Dask worker runs in this process (arguments are unpickled on its event loop,
+    before the task runs, where ``get_worker()`` does not answer yet; the handles bind to the
+    worker on their first call)."""
+    from distributed import Worker, get_worker
+
+    try:
+        get_worker()
+        return True
+    except ValueError:
+        return any(w.status.name not in ("closed", "closing") for w in list(Worker._instances))
+
+
+def unpickle_pool(spec: ProducerSpec) -> QueuePool:
+    """A pickled ``QueuePool`` arriving somewhere: inside a task of that pool, the running
+    consumer's handle; on a worker, a task handle through the worker's connections; in a
+    client process, a task handle through the current client."""
+    from daskqueue import producers
+
+    source = producers.current_source()
+    if source is not None and source.spec.name == spec.name:
+        return source(spec.producer)
+    on_worker, client = _in_worker_process(), None
+    if not on_worker:
+        from distributed import get_client
+
+        try:
+            client = get_client()
+        except ValueError as e:
+            raise ConfigurationError(f"a QueuePool ({spec.name!r}) was unpickled in a process with no Dask "
+                                     "client or worker: connect a Client first") from e
+    refs = dict(enumerate(spec.refs))
+    handles, missing = _handles_from_refs({q: r for q, r in refs.items() if r is not None}, len(spec.refs),
+                                          on_worker=on_worker)
+    return build_handle(spec, handles, client, role="task", removed=missing)
+
+
+class PoolSource:
+    """What ``get_pool()`` returns in a consumer's tasks: a task handle per producer tag,
+    made on first use and kept. On a worker (``calls`` and ``loop`` given) the handles call
+    the consumer's own queues; in a child process (no worker) the source opens a Client to
+    the scheduler on first use and attaches by name. Thread-safe."""
+
+    def __init__(self, spec: ProducerSpec, calls: Any = None, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.spec = spec
+        self._calls = calls
+        self._loop = loop
+        self._handles: dict[int, PoolHandle] = {}
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<PoolSource {self.spec.name!r}: {'worker' if self._calls is not None else 'child'}>"
+
+    def __call__(self, producer: int) -> PoolHandle:
+        with self._lock:
+            handle = self._handles.get(producer)
+            if handle is None or handle.closed:
+                handle = self._handles[producer] = self._make(producer)
+            return handle
+
+    def _make(self, producer: int) -> PoolHandle:
+        spec = self.spec.with_producer(producer)
+        if self._calls is not None:
+            n = max(len(spec.refs), 1 + max(self._calls.queues, default=-1))  # queues added since count
+            handles = [LoopQueue(self._calls, q, self._loop) for q in range(n)]  # type: ignore[arg-type]
+            missing = {q for q in range(n) if q not in self._calls.queues}
+            return build_handle(spec, handles, None, role="task", removed=missing)
+        return attach_by_name(self._child_client(), spec.name, producer=producer)
+
+    def _child_client(self) -> Any:
+        """This process's own client to the scheduler (a consumer's child has none)."""
+        if self._client is None:
+            if not self.spec.scheduler_address:
+                raise ConfigurationError("get_pool() in a child process needs the scheduler's address; "
+                                         "this consumer was made without it")
+            from distributed import Client
+
+            logger.info("child process: connecting to %s for get_pool()", self.spec.scheduler_address)
+            self._client = Client(self.spec.scheduler_address, set_as_default=True)
+        return self._client

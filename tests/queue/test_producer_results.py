@@ -1,0 +1,145 @@
+"""Outcomes per producer, queue side: the pure parts (no Dask), then the contract on real
+queue actors (transient and durable, a durable one reopened)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from daskqueue import DurableQueue, TransientQueue
+from daskqueue.messages import Kind
+from daskqueue.queue.producer_results import EarlyProducers, split_by_producer
+from daskqueue.segment.format import CHUNK_HEADER, ChunkHeader
+from daskqueue.serialize import Group, ResultRecord, decode_delivery, encode_put, encode_settle, pack_payloads
+
+# -- pure -------------------------------------------------------------------------------------
+
+
+class _Span:
+    def __init__(self, first_seq, producer):
+        self.first_seq = first_seq
+        self.chunk = type("C", (), {"meta": type("M", (), {"producer": producer})()})()
+
+
+@pytest.mark.timeout(10)
+def test_a_record_of_one_producer_is_kept_whole_and_tagged():
+    record = ResultRecord(0, [(0, 2), (5, 1)], [1], pickle.dumps(["a", None, "c"]), None, 3)
+    (only,) = split_by_producer(record, [7, 7])
+    assert only.producer == 7 and only.ranges == record.ranges and only.results == record.results
+    assert split_by_producer(record, [0, 0]) == [record]  # the owner's record keeps its old layout
+    assert len(record) == 6
+
+
+@pytest.mark.timeout(10)
+def test_a_record_of_mixed_producers_is_cut_by_range_with_failures_and_final_errors():
+    values = ["a", "b", None, "d"]
+    record = ResultRecord(1, [(0, 2), (10, 1), (2, 1)], [2], pickle.dumps(values), {2: b"err"}, None)
+    pieces = {getattr(p, "producer", 0): p for p in split_by_producer(record, [0, 9, 0])}
+    owner, other = pieces[0], pieces[9]
+    assert owner.ranges == [(0, 2), (2, 1)] and pickle.loads(owner.results) == ["a", "b", "d"]
+    assert owner.failed == [] and owner.final_errors is None
+    assert other.ranges == [(10, 1)] and pickle.loads(other.results) == [None]
+    assert other.failed == [0] and other.final_errors == {0: b"err"}
+
+
+@pytest.mark.timeout(10)
+def test_early_acked_spans_remember_only_other_producers_and_forget_once_taken():
+    early = EarlyProducers(max_entries=2)
+    early.note([_Span(0, 0), _Span(4, 5), _Span(9, 6)], 3)
+    assert len(early) == 2  # the owner's span is not kept
+    assert early.take([(4, 2), (0, 4), (9, 1)]) == [5, 0, 6]
+    assert len(early) == 0
+    early.note([_Span(1, 1), _Span(2, 2), _Span(3, 3)], 3)
+    assert early.take([(1, 1)]) == [0]  # bounded: the oldest went first
+
+
+@pytest.mark.timeout(10)
+def test_a_chunk_header_carries_a_producer_tag_behind_its_flag_and_older_headers_read_as_the_owner():
+    tagged = ChunkHeader(5, 2, 0, Kind.CALL, b"d" * 16, "t", "k", 0.0, 0.0, 123456)
+    data = tagged.to_bytes()
+    assert ChunkHeader.from_bytes(data + b"rest") == (tagged, len(data))
+    assert len(data) == ChunkHeader.encoded_size("t", "k", 123456)
+    owner = ChunkHeader(5, 2, 0, Kind.CALL, None, None, None, 0.0)
+    assert len(owner.to_bytes()) == CHUNK_HEADER.size  # the owner's layout is the old one
+    assert ChunkHeader.from_bytes(owner.to_bytes())[0].producer == 0
+
+
+# -- queue actors -----------------------------------------------------------------------------
+
+
+@pytest.fixture(params=[TransientQueue, DurableQueue], ids=lambda k: k.kind)
+def make_queue(request, client, tmp_path):
+    made = []
+
+    def make(path="q"):
+        args = (0,) if request.param is TransientQueue else (0, str(tmp_path / path))
+        future = client.submit(request.param, *args, actor=True, pure=False)
+        queue = future.result()
+        made.append(queue)
+        return queue
+
+    make.kind = request.param.kind
+    yield make
+    for queue in made:
+        try:
+            queue.close().result()
+        except Exception:
+            pass
+
+
+def _put(queue, items, producer=0):
+    offsets, data = pack_payloads(items, max_message_bytes=2**20)
+    g = Group(Kind.RAW, None, None, 0, None, 0.0, len(items), offsets, data)
+    return queue.put_batch(encode_put([g], {}), None, producer).result()
+
+
+def _run_all(queue, n):
+    """Lease every ready message (one lease), ack them with their items as results; return
+    the producers the delivery named."""
+    blob = queue.get_batch(n, 0.0).result()
+    lease_id, _, segments = decode_delivery(blob)
+    items = [pickle.loads(p) for s in segments for p in s.payloads()]
+    queue.settle(lease_id, encode_settle(len(items), {}, set(), pickle.dumps(items))).result()
+    return [s.producer for s in segments]
+
+
+def _fetch(queue, cursor, producer):
+    cursor, blob, _, _ = queue.fetch_outcomes(cursor, 0, 0.0, producer).result()
+    return cursor, [v for r in pickle.loads(blob) for v in pickle.loads(r.results)]
+
+
+@pytest.mark.timeout(30)
+def test_each_producer_fetches_exactly_its_own_results_from_one_lease(make_queue):
+    q = make_queue()
+    _put(q, ["o1", "o2"])
+    _put(q, ["a1"], producer=11)
+    _put(q, ["b1", "b2"], producer=22)
+    assert _run_all(q, 10) == [0, 11, 22]  # one lease across three producers' puts
+    a_cursor, a = _fetch(q, 0, 11)
+    assert a == ["a1"]
+    owner_cursor, owner = _fetch(q, 0, 0)
+    assert owner == ["o1", "o2"]
+    assert _fetch(q, owner_cursor, 0)[1] == []  # fetched: gone for the owner
+    assert _fetch(q, a_cursor, 11)[1] == []
+    b_cursor, b = _fetch(q, 0, 22)
+    assert b == ["b1", "b2"]
+    q.forget_producer(22).result()
+    assert _fetch(q, 0, 22)[1] == []
+
+
+@pytest.mark.timeout(60)
+def test_a_reopened_durable_queue_keeps_each_producers_messages_and_results(make_queue):
+    if make_queue.kind != "durable":
+        pytest.skip("transient queues do not reopen")
+    q = make_queue("reopen")
+    _put(q, ["a1"], producer=11)
+    _put(q, ["o1"])
+    assert _run_all(q, 10) == [11, 0]
+    _put(q, ["a2"], producer=11)  # still waiting when the queue closes
+    q.close().result()
+    again = make_queue("reopen")
+    assert _fetch(again, 0, 0)[1] == ["o1"]
+    assert _fetch(again, 0, 11)[1] == ["a1"]
+    assert _run_all(again, 10) == [11]  # the waiting message kept its producer on disk
+    assert _fetch(again, 0, 11)[1] == ["a1", "a2"]
