@@ -11,14 +11,16 @@ throughput did not change beyond the noise (the scheduler was not the bottleneck
 
 Where the client cannot reach the workers (a login node behind a firewall), the first call
 is probed at pool creation and the pool falls back to the scheduler's proxy, with a warning.
+
+The handle classes live in :mod:`daskqueue.queue.actor_handles` (they import Dask) and are
+exported here on first use: the consumer modules import this one, and so does a consumer's
+child process, which must start without importing Dask.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
-
-from distributed.actor import Actor
 
 __all__ = [
     "DirectActor",
@@ -39,6 +41,16 @@ __all__ = [
 
 logger = logging.getLogger("daskqueue")
 
+
+def __getattr__(name: str) -> Any:
+    """The handle classes, imported on first use (see :mod:`daskqueue.queue.actor_handles`)."""
+    if name in ("DirectActor", "WorkerActor"):
+        from daskqueue.queue import actor_handles
+
+        return getattr(actor_handles, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: How long the probe call of a direct connection may take before the pool gives up on it.
 PROBE_TIMEOUT_S: float = 10.0
 
@@ -47,43 +59,6 @@ LOST_CHECK_S: float = 1.0
 
 #: How often a running queue or consumer actor checks that its worker still holds it.
 ORPHAN_CHECK_S: float = 2.0
-
-
-class DirectActor(Actor):
-    """An ``Actor`` handle whose calls from a client go straight to the actor's worker.
-
-    On a worker it behaves exactly like ``Actor`` (workers always call each other
-    directly), and it pickles as a plain ``Actor``.
-    """
-
-    @property
-    def _worker_rpc(self) -> Any:
-        if self._worker is None and self._client is not None:
-            return self._client.rpc(self._address)
-        return super()._worker_rpc
-
-
-class WorkerActor(Actor):
-    """An ``Actor`` handle for use on a worker that holds no reference on the actor's key.
-
-    A plain ``Actor`` made on a worker binds a worker client and a ``Future`` on the key,
-    and one passed to ``client.submit`` is a dependency of the new task (an ``Actor`` is a
-    ``TaskRef``): either keeps the scheduler from forgetting a queue actor that moved, and
-    Dask then refuses to retire its worker. Consumers get :func:`queue_ref` tuples and make
-    these from them.
-    """
-
-    def _try_bind_worker_client(self) -> None:
-        if not self._worker:
-            try:
-                from distributed import get_worker
-
-                self._worker = get_worker()
-            except ValueError:
-                self._worker = None
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (WorkerActor, (self._cls, self._address, self.key))
 
 
 def bind_local(handle: Any) -> Any:
@@ -105,6 +80,8 @@ def bind_local(handle: Any) -> Any:
 def queue_identity(queue: Any) -> tuple[str | None, str | None]:
     """``(Dask key, pool name)`` of a queue a consumer holds, as far as it knows: an actor
     handle knows its key, a queue object bound in this process (:func:`bind_local`) its pool."""
+    from distributed.actor import Actor  # loaded on a worker; never asked in a child process
+
     if isinstance(queue, Actor):
         return queue.key, None
     return None, getattr(queue, "pool", None) or None
@@ -127,7 +104,11 @@ def queue_ref(handle: Any) -> tuple[type, str, str]:
 
 def worker_handle(ref: Any) -> Any:
     """A :class:`WorkerActor` for a :func:`queue_ref` tuple; anything else as it is."""
-    return WorkerActor(*ref) if isinstance(ref, tuple) else ref
+    if not isinstance(ref, tuple):
+        return ref
+    from daskqueue.queue.actor_handles import WorkerActor
+
+    return WorkerActor(*ref)
 
 
 def direct_handles(
@@ -141,6 +122,8 @@ def direct_handles(
     """
     if direct is False:
         return handles
+    from daskqueue.queue.actor_handles import DirectActor
+
     wrapped = [DirectActor(h._cls, h._address, h.key) for h in handles]
     if direct is True:
         return wrapped
