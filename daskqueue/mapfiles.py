@@ -12,11 +12,12 @@ import sys
 from array import array
 from collections.abc import Container
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from daskqueue.errors import RemoteTaskError
 
-__all__ = ["UsageError", "State", "Journal", "Output", "outcome_record", "read_whole_lines", "STATE_FORMAT"]
+__all__ = ["UsageError", "State", "Journal", "Output", "IndexSet", "outcome_record", "read_whole_lines",
+           "scan_whole_lines", "STATE_FORMAT"]
 
 STATE_FORMAT = 1
 
@@ -34,12 +35,20 @@ def _jsonable(value: Any) -> Any:
 
 
 def read_whole_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON records of ``path`` (a journal or an output file of ours), one per line, up
-    to the first line a kill tore (unfinished, or not a record with an ``index``): the file
-    is cut there, so that what is appended next starts on a line of its own."""
+    """The JSON records of ``path`` (see :func:`scan_whole_lines`), as a list."""
+    records: list[dict[str, Any]] = []
+    scan_whole_lines(path, records.append)
+    return records
+
+
+def scan_whole_lines(path: Path, each: Callable[[dict[str, Any]], None]) -> None:
+    """Call ``each(record)`` for the JSON records of ``path`` (a journal or an output file of
+    ours), one per line, up to the first line a kill tore (unfinished, or not a record with
+    an ``index``): the file is cut there, so that what is appended next starts on a line of
+    its own. Nothing is kept here: a file of any length is read in constant memory."""
     if not path.exists():
-        return []
-    records, good = [], 0
+        return
+    good = 0
     with open(path, "rb") as f:
         for line in f:
             if not line.endswith(b"\n"):
@@ -49,31 +58,77 @@ def read_whole_lines(path: Path) -> list[dict[str, Any]]:
                 rec["index"]
             except (json.JSONDecodeError, KeyError, TypeError):
                 break
-            records.append(rec)
+            each(rec)
             good += len(line)
     os.truncate(path, good)
-    return records
+
+
+class IndexSet:
+    """A set of item indices from 0, one byte per index up to the largest (a job of 100
+    million items: 100 MB, not the gigabytes a ``set`` of ints takes)."""
+
+    def __init__(self) -> None:
+        self._flags = bytearray()
+        self._count = 0
+
+    def add(self, i: int) -> bool:
+        """Add ``i``; return whether it is new."""
+        flags = self._flags
+        if i >= len(flags):
+            flags.extend(bytes(max(i + 1 - len(flags), len(flags))))  # grow by doubling
+        if flags[i]:
+            return False
+        flags[i] = 1
+        self._count += 1
+        return True
+
+    def __contains__(self, i: object) -> bool:
+        return isinstance(i, int) and 0 <= i < len(self._flags) and self._flags[i] == 1
+
+    def __len__(self) -> int:
+        return self._count
+
+    def first_missing(self, start: int = 0) -> int:
+        """The smallest index from ``start`` on that is not in the set."""
+        found = self._flags.find(0, start)
+        return max(start, len(self._flags)) if found < 0 else found
 
 
 class Journal:
     """``done.jsonl``: one line per outcome, fsynced per batch; read back on resume (a
-    torn last line, from a kill mid-write, is dropped)."""
+    torn last line, from a kill mid-write, is dropped).
 
-    def __init__(self, path: Path | None) -> None:
+    Kept in memory: which items are done (``done``) and how many failed (``failed``), not
+    the records; of those read back, only the ones ``keep(index)`` asks for (``loaded``:
+    the outcomes not in the output file yet).
+    """
+
+    def __init__(self, path: Path | None, keep: Callable[[int], bool] = lambda index: True) -> None:
         self.path = path
-        self.records: dict[int, dict[str, Any]] = {}
+        self.done = IndexSet()
+        self.failed = 0
+        self.loaded: list[dict[str, Any]] = []
         self._file = None
         if path is None:
             return
-        for rec in read_whole_lines(path):
-            self.records.setdefault(rec["index"], rec)
+
+        def load(rec: dict[str, Any]) -> None:
+            if self.done.add(rec["index"]):
+                self.failed += "error" in rec
+                if keep(rec["index"]):
+                    self.loaded.append(rec)
+
+        scan_whole_lines(path, load)
         self._file = open(path, "a", encoding="utf-8")
+
+    def __len__(self) -> int:
+        """How many items have their outcome journaled."""
+        return len(self.done)
 
     def add(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Record these outcomes (the new ones); return the new ones."""
-        new = [r for r in records if r["index"] not in self.records]
-        for r in new:
-            self.records[r["index"]] = r
+        new = [r for r in records if self.done.add(r["index"])]
+        self.failed += sum(1 for r in new if "error" in r)
         if self._file is not None and new:
             self._file.write("".join(json.dumps(r) + "\n" for r in new))
             self._file.flush()
@@ -87,20 +142,20 @@ class Journal:
 
 class Output:
     """The output file: in input order (written as the prefix completes) or as they finish.
-    On resume it keeps the lines already there and writes the rest."""
+    On resume it keeps the lines already there and writes the rest. ``input_of(index)`` is
+    the input item of a line, asked once per line written."""
 
-    def __init__(self, path: str | None, items: list[Any], ordered: bool) -> None:
-        self.items = items
+    def __init__(self, path: str | None, input_of: Callable[[int], Any], ordered: bool) -> None:
+        self.input_of = input_of
         self.ordered = ordered
-        self.written: set[int] = set()
+        self.written = IndexSet()
         self.next = 0
         self.pending: dict[int, dict[str, Any]] = {}
         if path is None or path == "-":
             self.file = sys.stdout
             return
-        self.written.update(rec["index"] for rec in read_whole_lines(Path(path)))
-        while self.next in self.written:
-            self.next += 1
+        scan_whole_lines(Path(path), lambda rec: self.written.add(rec["index"]))
+        self.next = self.written.first_missing(0)
         self.file = open(path, "a", encoding="utf-8")
 
     def add(self, records: list[dict[str, Any]]) -> None:
@@ -108,21 +163,23 @@ class Output:
         for r in records:
             if r["index"] in self.written:
                 continue
-            if not self.ordered:
-                lines.append(r)
-                self.written.add(r["index"])
-            else:
+            if self.ordered:
                 self.pending[r["index"]] = r
+            else:
+                lines.append(self._line(r))
         while self.ordered and self.next in self.pending:
-            r = self.pending.pop(self.next)
-            lines.append(r)
-            self.written.add(self.next)
-            self.next += 1
-            while self.next in self.written:
-                self.next += 1
+            lines.append(self._line(self.pending.pop(self.next)))
+            self.next = self.written.first_missing(self.next)
         if lines:
-            self.file.write("".join(json.dumps(_output_line(r, self.items[r["index"]])) + "\n" for r in lines))
+            self.file.write("".join(lines))
             self.file.flush()
+
+    def _line(self, record: dict[str, Any]) -> str:
+        """The output line of ``record``; its item counts as written from now on (its input
+        is asked for first: once written, the input is not kept for it)."""
+        line = json.dumps(_output_line(record, self.input_of(record["index"]))) + "\n"
+        self.written.add(record["index"])
+        return line
 
     def close(self) -> None:
         if self.file is not sys.stdout:
