@@ -98,11 +98,9 @@ class StreamClaim(MapClaim):
         self.fresh.clear()
 
     def outcome(self, position: int) -> Any:
-        """The value or :class:`RemoteTaskError` of an arrived position; its slot is freed."""
+        """The value or :class:`RemoteTaskError` of an arrived position."""
         error = self.failures.get(position)
-        value = self.values[position]
-        self.values[position] = None
-        return value if error is None else error
+        return self.values[position] if error is None else error
 
 
 @dataclass
@@ -132,13 +130,14 @@ class _Stream:
                 self.chunks.append(self.send(items))
                 self.put += len(items)
 
-    def ready(self) -> Iterator[tuple[StreamClaim, int]]:
-        """``(chunk, position)`` of outcomes that may be yielded now, in yield order."""
+    def ready(self) -> Iterator[tuple[StreamClaim, int, int]]:
+        """``(chunk, start, end)``: ranges of positions whose outcomes may be yielded now, in
+        yield order (the caller yields each whole range before it asks for the next)."""
         if self.ordered:
             while self.chunks:
                 head = self.chunks[0]
-                for p in range(head.yielded, head.prefix):
-                    yield head, p
+                if head.prefix > head.yielded:
+                    yield head, head.yielded, head.prefix
                 if head.yielded < head.n:
                     return
                 self.release(self.chunks.pop(0))
@@ -146,8 +145,7 @@ class _Stream:
         for c in list(self.chunks):
             fresh, c.fresh = c.fresh, []
             for start, end in fresh:
-                for p in range(start, end):
-                    yield c, p
+                yield c, start, end
             if c.yielded == c.n:
                 self.chunks.remove(c)
                 self.release(c)
@@ -269,14 +267,20 @@ class Streaming:
                 if not stream.has_ready():
                     self._wait(stream)
                     continue
-                for chunk, p in stream.ready():
-                    outcome = chunk.outcome(p)
-                    chunk.yielded += 1
-                    stream.yielded += 1
-                    if stream.errors == "raise" and isinstance(outcome, RemoteTaskError) \
-                            and p in chunk.failures:
-                        raise outcome
-                    yield outcome
+                for chunk, start, end in stream.ready():
+                    # Counted before they are yielded: nothing is put until the whole range
+                    # is consumed (fill() runs between ranges only), so the window holds.
+                    chunk.yielded += end - start
+                    stream.yielded += end - start
+                    if not chunk.failures:  # the usual case: a slice, not a step per item
+                        yield from chunk.values[start:end]
+                        continue
+                    for p in range(start, end):
+                        outcome = chunk.outcome(p)
+                        if stream.errors == "raise" and isinstance(outcome, RemoteTaskError) \
+                                and p in chunk.failures:
+                            raise outcome
+                        yield outcome
         finally:
             self._drop(stream.chunks)
 
