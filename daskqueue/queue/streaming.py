@@ -250,7 +250,11 @@ class Streaming:
         def send(items: list[Any]) -> StreamClaim:
             encoded = self._encode_map(func, items, options, key, function)  # type: ignore[attr-defined]
             claim = StreamClaim(len(items))
-            self._send_map(encoded, claim, options)  # type: ignore[attr-defined]
+            try:
+                self._send_map(encoded, claim, options)  # type: ignore[attr-defined]
+            except BaseException:  # a put failed part-way: what was stored runs, unread
+                self._drop([claim])
+                raise
             return claim
 
         self._release_settled()
