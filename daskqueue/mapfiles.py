@@ -200,7 +200,8 @@ class State:
         self.root = root
         self.submitted = 0
         self.ids = array("Q")
-        self._by_id: dict[int, int] | None = None
+        self._by_id: dict[int, int] = {}
+        self._by_id_span = (0, 0)  # the indices _by_id covers
         if root is None:
             return
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -240,7 +241,7 @@ class State:
         self.ids.extend(chunk)
         self.submitted += len(ids)
         self._save()
-        self._by_id = None
+        self._by_id, self._by_id_span = {}, (0, 0)
 
     def forget_unsettled(self, done: Container[int]) -> None:
         """Items put but with no outcome (not in ``done``) and nothing pending were lost:
@@ -251,16 +252,22 @@ class State:
         self.ids = self.ids[: self.submitted]
         self._save()
 
-    def index_of(self, task_id: int) -> int | None:
-        if self._by_id is None:
-            self._by_id = {t: i for i, t in enumerate(self.ids)}
+    def index_of(self, task_id: int, start: int = 0) -> int | None:
+        """The index of the item put as ``task_id``, looked for from index ``start`` on
+        (the first item without an outcome: only those in flight are mapped, not the whole
+        input)."""
+        lo, hi = self._by_id_span
+        if not (lo <= start and hi == len(self.ids)):
+            self._by_id = {t: start + k for k, t in enumerate(self.ids[start:])}
+            self._by_id_span = (start, len(self.ids))
         return self._by_id.get(task_id)
 
 
-def outcome_record(task_id: int, outcome: Any, state: State) -> dict[str, Any] | None:
-    """The journal record of one outcome (None: a failure whose item is not known yet)."""
+def outcome_record(task_id: int, outcome: Any, state: State, start: int = 0) -> dict[str, Any] | None:
+    """The journal record of one outcome (None: a failure whose item is not known yet);
+    ``start``: the first index without an outcome (a failure's item is looked for from it)."""
     if isinstance(outcome, RemoteTaskError):
-        index = state.index_of(task_id)
+        index = state.index_of(task_id, start)
         if index is None:
             return None
         return {"index": index, "error": f"{outcome.exc_type}: {outcome.exc_message}",

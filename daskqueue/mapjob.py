@@ -203,8 +203,9 @@ def _record(got: list[tuple[int, Any]], state: State, journal: Journal, output: 
             unknown: dict[int, Any]) -> None:
     """Journal (then write out) the outcomes just taken."""
     records = []
+    start = journal.done.first_missing()  # items before it all have their outcome
     for task_id, outcome in got:
-        rec = outcome_record(task_id, outcome, state)
+        rec = outcome_record(task_id, outcome, state, start)
         if rec is None:
             unknown[task_id] = outcome
         else:

@@ -26,7 +26,7 @@ class Counted:
         return x
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(30)
 def test_inputs_pull_only_as_far_as_asked_and_hold_only_what_is_needed():
     source = Counted(f"x{i}" for i in range(1_000_000))
     written = IndexSet()
@@ -45,7 +45,7 @@ def test_inputs_pull_only_as_far_as_asked_and_hold_only_what_is_needed():
     assert inputs.ended_at(1_000_000) and inputs.n == 1_000_000
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(30)
 def test_a_file_is_counted_without_being_kept_and_a_bad_json_line_is_a_usage_error(tmp_path):
     path = tmp_path / "in.txt"
     path.write_text("a\n\nb\nlast without newline")
@@ -60,14 +60,14 @@ def test_a_file_is_counted_without_being_kept_and_a_bad_json_line_is_a_usage_err
         count_items(str(tmp_path / "missing.txt"), False)
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(30)
 def test_an_input_that_shrank_after_it_was_counted_is_a_usage_error():
     inputs = Inputs(iter(["a", "b"]), 3, needed=lambda i: True)
     with pytest.raises(UsageError, match="changed while the job ran"):
         inputs.ended_at(2)
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(30)
 def test_a_resumed_ordered_output_is_completed_from_the_journal_with_inputs_read_again(tmp_path):
     items = [f"item{i}" for i in range(6)]
     (tmp_path / "in.txt").write_text("".join(x + "\n" for x in items))
@@ -94,7 +94,7 @@ def test_a_resumed_ordered_output_is_completed_from_the_journal_with_inputs_read
     assert [json.loads(x)["index"] for x in journal_path.read_text().splitlines()] == [0, 1, 2, 4, 5, 3]
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(30)
 def test_an_index_set_takes_a_byte_per_index_and_finds_the_first_missing():
     s = IndexSet()
     assert s.add(0) and s.add(2) and not s.add(2)
@@ -102,3 +102,15 @@ def test_an_index_set_takes_a_byte_per_index_and_finds_the_first_missing():
     assert s.first_missing(0) == 1 and s.first_missing(2) == 3
     s.add(1)
     assert s.first_missing(0) == 3
+
+
+@pytest.mark.timeout(30)
+def test_a_failed_items_index_is_found_among_those_in_flight(tmp_path):
+    from daskqueue.mapfiles import State
+
+    state = State(tmp_path / "job", "m:f", "in.txt", False, 6)
+    state.put([100, 101, 102])
+    assert state.index_of(101) == 1
+    state.put([200, 201, 202])
+    assert state.index_of(202, start=2) == 5 and state.index_of(102, start=2) == 2
+    assert State(tmp_path / "job", "m:f", "in.txt", False, 6).index_of(201, start=3) == 4  # read back
