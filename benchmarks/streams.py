@@ -1,14 +1,14 @@
 """streams: ``imap`` / ``imap_unordered`` against ``map`` over one generator of N no-op items.
 
-In one run, on one cluster and pool: ``imap``, ``imap_unordered`` and ``map`` (the baseline,
-run last: the memory it frees stays with the allocator and would inflate what runs after it)
+In one run, on one cluster and pool: ``imap``, ``imap_unordered`` and ``map`` (the baseline)
 each take a fresh generator of N (default 10,000,000) no-op items and return or yield every
 result. Reported per call: throughput (items/s; a stream's includes the loop that consumes
 it) and the client's RSS growth, the peak of a sampling thread (``VmRSS`` of
 ``/proc/self/status`` every 20 ms) minus the RSS just before the call (after ``gc`` and
-``malloc_trim``), and the client process's CPU seconds per item (steadier than throughput
-on a shared machine). With ``--rounds R`` the sequence runs R times and each call's fastest
-round is reported. Targets (issue 23): a stream's RSS growth under 100 MB and at least 0.8x
+``malloc_trim``: what ``map`` freed does not count against the next call), and the client process's CPU seconds per item (steadier than throughput
+on a shared machine). With ``--rounds R`` the sequence runs R times, each round starting one
+call later (imap, imap_unordered, map; then imap_unordered, map, imap; ...), and each call's
+fastest round is reported. Targets (issue 23): a stream's RSS growth under 100 MB and at least 0.8x
 ``map``'s throughput.
 """
 
@@ -105,15 +105,19 @@ def main() -> None:
         list(qp.imap(tasks.noop, range(10_000)))
         rounds: list[dict[str, Any]] = []
         log(f"{args.n:,} no-op items from a generator, per call")
-        for _ in range(args.rounds):
-            runs: dict[str, Any] = {}
-            runs["imap"] = measure("imap", args.n, lambda xs: count(qp.imap(tasks.noop, xs, window=args.window)))
-            if not args.skip_unordered:
-                runs["imap_unordered"] = measure(
-                    "imap_unordered", args.n,
-                    lambda xs: count(qp.imap_unordered(tasks.noop, xs, window=args.window)))
-            runs["map"] = measure("map", args.n, lambda xs: len(qp.map(tasks.noop, xs, timeout_s=3600)))
-            rounds.append(runs)
+        calls = {
+            "imap": lambda xs: count(qp.imap(tasks.noop, xs, window=args.window)),
+            "imap_unordered": lambda xs: count(qp.imap_unordered(tasks.noop, xs, window=args.window)),
+            "map": lambda xs: len(qp.map(tasks.noop, xs, timeout_s=3600)),
+        }
+        if args.skip_unordered:
+            del calls["imap_unordered"]
+        names = list(calls)
+        for r in range(args.rounds):
+            # Each round starts one call later: the machine's load drifts within a round, and
+            # no call should always run first (or last).
+            order = names[r % len(names):] + names[: r % len(names)]
+            rounds.append({name: measure(name, args.n, calls[name]) for name in order})
     # Each call's best round (fastest; its own RSS growth): the machine's load varies more
     # between calls than the calls differ.
     runs = {name: max((r[name] for r in rounds), key=lambda x: x["rate"]) for name in rounds[0]}
