@@ -99,6 +99,13 @@ class StreamClaim(MapClaim):
         self.failures.clear()
         self.fresh.clear()
 
+    def forget(self, start: int, end: int) -> None:
+        """Positions ``start .. end`` were yielded: keep their values no longer."""
+        self.values[start:end] = [None] * (end - start)
+        if self.failures:
+            for p in range(start, end):
+                self.failures.pop(p, None)
+
     def outcome(self, position: int) -> Any:
         """The value or :class:`RemoteTaskError` of an arrived position."""
         error = self.failures.get(position)
@@ -122,9 +129,19 @@ class _Stream:
     yielded: int = 0
     exhausted: bool = False
 
+    def in_flight(self) -> int:
+        """What the window counts. In input order: tasks put and not yet yielded (the chunks
+        before the head are released, the head's yielded prefix is at most a chunk). In
+        arrival order a chunk is released only once all its positions are yielded, so one
+        slow task keeps its whole chunk: every position of an unreleased chunk counts, else
+        a slow task per chunk would let ``window x chunk`` values be held."""
+        if self.ordered:
+            return self.put - self.yielded
+        return sum(c.n for c in self.chunks)
+
     def fill(self) -> None:
         """Put chunks while they fit in the window and the input lasts."""
-        while not self.exhausted and self.window - (self.put - self.yielded) >= self.chunk:
+        while not self.exhausted and self.window - self.in_flight() >= self.chunk:
             items = list(itertools.islice(self.items, self.chunk))
             if len(items) < self.chunk:
                 self.exhausted = True
@@ -134,12 +151,17 @@ class _Stream:
 
     def ready(self) -> Iterator[tuple[StreamClaim, int, int]]:
         """``(chunk, start, end)``: ranges of positions whose outcomes may be yielded now, in
-        yield order (the caller yields each whole range before it asks for the next)."""
+        yield order, counted as yielded (the caller yields each whole range before it asks for
+        the next: nothing is put meanwhile, fill() runs between ranges only, so the window
+        holds). In arrival order a range's values are forgotten once the caller asks for the
+        next, so a chunk waiting on a slow task holds only what was not yet yielded."""
         if self.ordered:
             while self.chunks:
                 head = self.chunks[0]
                 if head.prefix > head.yielded:
-                    yield head, head.yielded, head.prefix
+                    start, end = head.yielded, head.prefix
+                    self._count(head, start, end)
+                    yield head, start, end
                 if head.yielded < head.n:
                     return
                 self.release(self.chunks.pop(0))
@@ -147,10 +169,16 @@ class _Stream:
         for c in list(self.chunks):
             fresh, c.fresh = c.fresh, []
             for start, end in fresh:
+                self._count(c, start, end)
                 yield c, start, end
+                c.forget(start, end)
             if c.yielded == c.n:
                 self.chunks.remove(c)
                 self.release(c)
+
+    def _count(self, chunk: StreamClaim, start: int, end: int) -> None:
+        chunk.yielded += end - start
+        self.yielded += end - start
 
     def has_ready(self) -> bool:
         if self.ordered:
@@ -275,10 +303,6 @@ class Streaming:
                     self._wait(stream)
                     continue
                 for chunk, start, end in stream.ready():
-                    # Counted before they are yielded: nothing is put until the whole range
-                    # is consumed (fill() runs between ranges only), so the window holds.
-                    chunk.yielded += end - start
-                    stream.yielded += end - start
                     if not chunk.failures:  # the usual case: a slice, not a step per item
                         yield from chunk.values[start:end]
                         continue
