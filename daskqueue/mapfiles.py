@@ -17,9 +17,13 @@ from typing import Any, Callable
 from daskqueue.errors import RemoteTaskError
 
 __all__ = ["UsageError", "State", "Journal", "Output", "IndexSet", "outcome_record", "read_whole_lines",
-           "scan_whole_lines", "STATE_FORMAT"]
+           "scan_whole_lines", "STATE_FORMAT", "NO_ID"]
 
 STATE_FORMAT = 1
+
+#: The id ``ids.bin`` keeps for an index that was not put (its outcome was known already):
+#: no task has it (a task id is a sequence number shifted left over the queue's index).
+NO_ID = (1 << 64) - 1
 
 
 class UsageError(Exception):

@@ -29,10 +29,11 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Container
 from pathlib import Path
 from typing import Any, Callable
 
-from daskqueue.mapfiles import Journal, Output, State, UsageError, outcome_record
+from daskqueue.mapfiles import NO_ID, Journal, Output, State, UsageError, outcome_record
 from daskqueue.mapinput import Inputs, count_items, iter_items
 
 __all__ = ["run_map", "call_indexed", "UsageError"]
@@ -76,6 +77,32 @@ def load_function(spec: str) -> Callable[[Any], Any]:
 
         cloudpickle.register_pickle_by_value(module)
     return obj
+
+
+def next_chunk(inputs: Inputs, done: Container[int], first: int, end: int) -> tuple[int, list[int]]:
+    """The chunk of indices ``first .. end`` to put: ``(stop, wanted)``, ``stop`` where the
+    input ends (or ``end``), ``wanted`` the indices without an outcome. A resumed job puts
+    again from its first item without one (:meth:`State.forget_unsettled`); the items after
+    it that have one are not put again (with ``--unordered`` their output lines are written,
+    and their input is not held any more)."""
+    wanted = []
+    for i in range(first, end):
+        if inputs.ended_at(i):
+            return i, wanted
+        if i not in done:
+            wanted.append(i)
+    return end, wanted
+
+
+def aligned_ids(first: int, stop: int, wanted: list[int], ids: list[int]) -> list[int]:
+    """The ids of indices ``first .. stop`` as ``ids.bin`` keeps them (by index): ``ids`` for
+    the ``wanted`` ones put, :data:`~daskqueue.mapfiles.NO_ID` for those not put."""
+    if len(wanted) == stop - first:
+        return ids
+    aligned = [NO_ID] * (stop - first)
+    for i, task_id in zip(wanted, ids):
+        aligned[i - first] = task_id
+    return aligned
 
 
 def read_items(path: str, as_json: bool) -> list[Any]:
@@ -164,9 +191,9 @@ def _drive(qp: Any, cp: Any, func: Callable[[Any], Any], inputs: Inputs, state: 
             if may_put():
                 first = state.submitted
                 end = first + CHUNK if inputs.n is None else min(inputs.n, first + CHUNK)
-                calls = [(task, i, inputs.peek(i)) for i in range(first, end) if not inputs.ended_at(i)]
-                ids = qp.batch_submit(calls)
-                state.put(ids)
+                stop, wanted = next_chunk(inputs, journal.done, first, end)
+                ids = qp.batch_submit([(task, i, inputs.peek(i)) for i in wanted]) if wanted else []
+                state.put(aligned_ids(first, stop, wanted, ids))
                 put_now += len(ids)
                 if bar.total is None and inputs.n is not None:  # stdin ended: its length is known
                     bar.total = inputs.n

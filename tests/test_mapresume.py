@@ -1,0 +1,40 @@
+"""Resuming a ``daskqueue map`` job, without a cluster: what is put again, how a failure is
+named, what a resume holds in memory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from daskqueue.mapfiles import NO_ID, IndexSet, Output
+from daskqueue.mapinput import Inputs
+from daskqueue.mapjob import aligned_ids, next_chunk
+
+
+@pytest.mark.timeout(30)
+def test_an_unordered_resume_puts_only_the_items_without_an_outcome(tmp_path):
+    # An --unordered run wrote items 0..9 but 3 (lost), and put them all; the rerun puts
+    # again from 3, the first without an outcome: 4..9 are written, their input not held.
+    out = tmp_path / "out.jsonl"
+    out.write_text("".join(json.dumps({"index": i, "input": f"x{i}", "result": i}) + "\n"
+                           for i in range(10) if i != 3))
+    output = Output(str(out), lambda i: inputs.take(i), ordered=False)
+    inputs = Inputs(iter(f"x{i}" for i in range(12)), 12, needed=lambda i: i not in output.written)
+    done = IndexSet()
+    for i in range(10):
+        if i != 3:
+            done.add(i)
+    stop, wanted = next_chunk(inputs, done, 3, 12)
+    assert (stop, wanted) == (12, [3, 10, 11])
+    assert [inputs.peek(i) for i in wanted] == ["x3", "x10", "x11"]
+    assert aligned_ids(3, stop, wanted, [30, 100, 110]) == [30] + [NO_ID] * 6 + [100, 110]
+    output.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_chunk_stops_where_a_stream_ends_and_ids_stay_by_index():
+    inputs = Inputs(iter(["a", "b"]), None, needed=lambda i: True)
+    assert next_chunk(inputs, IndexSet(), 0, 5) == (2, [0, 1])
+    assert inputs.n == 2
+    assert aligned_ids(0, 2, [0, 1], [7, 8]) == [7, 8]
