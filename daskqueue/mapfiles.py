@@ -17,7 +17,7 @@ from typing import Any, Callable
 from daskqueue.errors import RemoteTaskError
 
 __all__ = ["UsageError", "State", "Journal", "Output", "IndexSet", "outcome_record", "read_whole_lines",
-           "scan_whole_lines", "STATE_FORMAT", "NO_ID"]
+           "scan_whole_lines", "STATE_FORMAT", "NO_ID", "LOAD_BATCH"]
 
 STATE_FORMAT = 1
 
@@ -98,31 +98,41 @@ class IndexSet:
         return max(start, len(self._flags)) if found < 0 else found
 
 
+#: Journal records read back on resume are handed on this many at a time (see :class:`Journal`).
+LOAD_BATCH = 10_000
+
+
 class Journal:
     """``done.jsonl``: one line per outcome, fsynced per batch; read back on resume (a
     torn last line, from a kill mid-write, is dropped).
 
-    Kept in memory: which items are done (``done``) and how many failed (``failed``), not
-    the records; of those read back, only the ones ``keep(index)`` asks for (``loaded``:
-    the outcomes not in the output file yet).
+    Kept in memory: which items are done (``done``) and how many failed (``failed``), never
+    the records: those read back are handed to ``loaded(records)`` as the file is scanned,
+    at most ``LOAD_BATCH`` at a time (the output writes the ones it lacks), so a resume holds
+    a batch, not the journal (every record of it when the output is stdout).
     """
 
-    def __init__(self, path: Path | None, keep: Callable[[int], bool] = lambda index: True) -> None:
+    def __init__(self, path: Path | None, loaded: Callable[[list[dict[str, Any]]], None] = lambda records: None
+                 ) -> None:
         self.path = path
         self.done = IndexSet()
         self.failed = 0
-        self.loaded: list[dict[str, Any]] = []
         self._file = None
         if path is None:
             return
+        batch: list[dict[str, Any]] = []
 
         def load(rec: dict[str, Any]) -> None:
             if self.done.add(rec["index"]):
                 self.failed += "error" in rec
-                if keep(rec["index"]):
-                    self.loaded.append(rec)
+                batch.append(rec)
+                if len(batch) >= LOAD_BATCH:
+                    loaded(batch[:])
+                    batch.clear()
 
         scan_whole_lines(path, load)
+        if batch:
+            loaded(batch)
         self._file = open(path, "a", encoding="utf-8")
 
     def __len__(self) -> int:

@@ -130,9 +130,7 @@ def run_map(args: argparse.Namespace) -> int:
     # The input is read as the job goes; an item is held from its reading to its output line.
     inputs = Inputs(iter_items(args.input, args.json), n, needed=lambda i: i not in output.written)
     output = Output(args.out, inputs.take, ordered=not args.unordered)
-    journal = Journal(root / "done.jsonl" if root else None, keep=lambda i: i not in output.written)
-    output.add(journal.loaded)
-    journal.loaded = []
+    journal = Journal(root / "done.jsonl" if root else None, loaded=output.add)
     cluster = None
     try:
         if args.scheduler:

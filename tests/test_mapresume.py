@@ -38,3 +38,28 @@ def test_a_chunk_stops_where_a_stream_ends_and_ids_stay_by_index():
     assert next_chunk(inputs, IndexSet(), 0, 5) == (2, [0, 1])
     assert inputs.n == 2
     assert aligned_ids(0, 2, [0, 1], [7, 8]) == [7, 8]
+
+
+@pytest.mark.timeout(30)
+def test_a_resume_hands_the_journal_on_in_batches_not_whole(tmp_path, capsys):
+    # Output to stdout writes nothing on a file: every journaled record is written again, so
+    # they must go by batches (with keep=..., the whole journal was loaded into a list first).
+    from daskqueue.mapfiles import LOAD_BATCH, Journal
+
+    n = 2 * LOAD_BATCH + 5
+    path = tmp_path / "done.jsonl"
+    path.write_text("".join(json.dumps({"index": i, "result": i}) + "\n" for i in range(n)))
+    inputs = Inputs(iter(range(n)), n, needed=lambda i: i not in output.written)
+    output = Output(None, inputs.take, ordered=True)
+    sizes = []
+
+    def loaded(records):
+        sizes.append(len(records))
+        output.add(records)
+
+    journal = Journal(path, loaded=loaded)
+    assert max(sizes) <= LOAD_BATCH and sum(sizes) == n == len(journal)
+    assert not hasattr(journal, "loaded")
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(x)["index"] for x in lines] == list(range(n))
+    journal.close()
