@@ -214,8 +214,6 @@ class State:
         self.root = root
         self.submitted = 0
         self.ids = array("Q")
-        self._by_id: dict[int, int] = {}
-        self._by_id_span = (0, 0)  # the indices _by_id covers
         if root is None:
             return
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -255,7 +253,6 @@ class State:
         self.ids.extend(chunk)
         self.submitted += len(ids)
         self._save()
-        self._by_id, self._by_id_span = {}, (0, 0)
 
     def forget_unsettled(self, done: Container[int]) -> None:
         """Items put but with no outcome (not in ``done``) and nothing pending were lost:
@@ -267,14 +264,27 @@ class State:
         self._save()
 
     def index_of(self, task_id: int, start: int = 0) -> int | None:
-        """The index of the item put as ``task_id``, looked for from index ``start`` on
-        (the first item without an outcome: only those in flight are mapped, not the whole
-        input)."""
-        lo, hi = self._by_id_span
-        if not (lo <= start and hi == len(self.ids)):
-            self._by_id = {t: start + k for k, t in enumerate(self.ids[start:])}
-            self._by_id_span = (start, len(self.ids))
-        return self._by_id.get(task_id)
+        """The index of the item put as ``task_id``, looked for from index ``start`` on (the
+        first item without an outcome). Searched from the newest put back, a block of
+        ``_SEARCH_BLOCK`` ids at a time: a failed task was usually put lately, and nothing is
+        kept between calls (a map of the ids from ``start`` on, with ``start`` stuck behind a
+        slow item, grew with the input and was rebuilt after every put)."""
+        needle = array("Q", [task_id]).tobytes()
+        hi = len(self.ids)
+        while hi > start:
+            lo = max(start, hi - _SEARCH_BLOCK)
+            block = self.ids[lo:hi].tobytes()
+            at = block.rfind(needle)
+            while at >= 0 and at % 8:  # a match across two ids: look further back
+                at = block.rfind(needle, 0, at + 7)
+            if at >= 0:
+                return lo + at // 8
+            hi = lo
+        return None
+
+
+#: Ids searched at a time by :meth:`State.index_of` (a 512 KiB copy).
+_SEARCH_BLOCK = 1 << 16
 
 
 def outcome_record(task_id: int, outcome: Any, state: State, start: int = 0) -> dict[str, Any] | None:

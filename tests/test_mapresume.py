@@ -63,3 +63,34 @@ def test_a_resume_hands_the_journal_on_in_batches_not_whole(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(x)["index"] for x in lines] == list(range(n))
     journal.close()
+
+
+@pytest.mark.timeout(60)
+def test_naming_a_failed_item_keeps_nothing_that_grows_with_the_items_in_flight():
+    # --unordered with the first item still running: the start of the search stays at 0
+    # while ids are put; a failure's index is found without a map of every id put.
+    import tracemalloc
+
+    from daskqueue.mapfiles import State
+
+    state = State(None, "m:f", "in.txt", False, 0)
+    n = 300_000
+    state.put(list(range(1000, 1000 + n)))
+    tracemalloc.start()
+    try:
+        assert state.index_of(1000 + 7, start=0) == 7
+        state.put([5 << 8])
+        assert state.index_of(1000 + n - 1, start=0) == n - 1 and state.index_of(5 << 8, start=3) == n
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 << 20  # a map of 300,000 ids: tens of MiB
+    assert state.index_of(1000 + 7, start=8) is None and state.index_of(999) is None
+    # An id whose bytes straddle two neighbours is no match.
+    a = int.from_bytes(bytes([0, 0, 0, 0, 0x11, 0x22, 0x33, 0x44]), "little")
+    b = int.from_bytes(bytes([0x55, 0x66, 0x77, 0x88, 0, 0, 0, 0]), "little")
+    straddle = int.from_bytes(bytes([0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]), "little")
+    state = State(None, "m:f", "in.txt", False, 0)
+    state.put([straddle, a, b])
+    assert state.index_of(straddle) == 0 and state.index_of(b) == 2
+    assert state.index_of(straddle, start=1) is None
