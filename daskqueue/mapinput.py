@@ -8,6 +8,7 @@ and not yet written to the output (a put item is needed again for its output lin
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from typing import Any, Callable, Iterator
@@ -18,20 +19,26 @@ __all__ = ["Inputs", "iter_items", "count_items"]
 
 
 def _open(path: str) -> Any:
+    # Lines end at "\n" only, as count_items counts them: a universal-newline reader also
+    # ends one at a lone "\r", so it read more items than were counted (the last ones never ran).
     try:
-        return sys.stdin if path == "-" else open(path, encoding="utf-8")
+        if path == "-":
+            return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline="\n")
+        return open(path, encoding="utf-8", newline="\n")
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror}") from e
 
 
 def iter_items(path: str, as_json: bool) -> Iterator[Any]:
-    """The items of INPUT (``-``: stdin), one per line (a trailing newline is not part of the
-    item), parsed as JSON with ``as_json``. Raises :class:`UsageError` for a line that is not
+    """The items of INPUT (``-``: stdin), one per line: lines end at ``\n`` only (a ``\r``
+    elsewhere is part of the item), and the ``\n`` or ``\r\n`` ending one is not part of its
+    item. Parsed as JSON with ``as_json``. Raises :class:`UsageError` for a line that is not
     JSON or a file that cannot be read (at the first ``next()``)."""
     stream = _open(path)
     try:
         for number, line in enumerate(stream, 1):
-            line = line[:-1] if line.endswith("\n") else line
+            if line.endswith("\n"):
+                line = line[:-2] if line.endswith("\r\n") else line[:-1]
             if as_json:
                 try:
                     yield json.loads(line)
@@ -42,7 +49,9 @@ def iter_items(path: str, as_json: bool) -> Iterator[Any]:
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e}") from e
     finally:
-        if stream is not sys.stdin:
+        if path == "-":
+            stream.detach()  # leaves stdin open
+        else:
             stream.close()
 
 
@@ -75,6 +84,7 @@ class Inputs:
         self._needed = needed
         self._held: dict[int, Any] = {}
         self._next = 0
+        self._ended = False
         self.n = n
 
     def ended_at(self, i: int) -> bool:
@@ -105,3 +115,17 @@ class Inputs:
             if self._needed(self._next):
                 self._held[self._next] = item
             self._next += 1
+        if self.n is not None and i >= self.n:
+            self._check_ended()
+
+    def _check_ended(self) -> None:
+        """All ``n`` counted items were read: the input must end there (once checked)."""
+        if self._ended:
+            return
+        try:
+            next(self._items)
+        except StopIteration:
+            self._ended = True
+            return
+        raise UsageError(f"the input has more than the {self.n:,} items counted at the start: it changed "
+                         "while the job ran")

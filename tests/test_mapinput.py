@@ -112,3 +112,23 @@ def test_a_failed_items_index_is_found_among_those_in_flight(tmp_path):
     state.put([200, 201, 202])
     assert state.index_of(202, start=2) == 5 and state.index_of(102, start=2) == 2
     assert State(tmp_path / "job", "m:f", "in.txt", False, 6).index_of(201, start=3) == 4  # read back
+
+
+@pytest.mark.timeout(30)
+def test_a_file_is_read_as_many_items_as_counted_whatever_its_line_endings(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"a\rb\nc\r\nd")  # a lone \r is part of its item; \r\n ends a line
+    assert count_items(str(path), False) == 3
+    assert list(iter_items(str(path), False)) == ["a\rb", "c", "d"]
+    path.write_bytes(b'"a\\rb"\r\n1\n')
+    assert count_items(str(path), True) == 2 and list(iter_items(str(path), True)) == ["a\rb", 1]
+
+
+@pytest.mark.timeout(30)
+def test_an_input_that_grew_after_it_was_counted_is_a_usage_error():
+    inputs = Inputs(iter(["a", "b", "c"]), 2, needed=lambda i: True)
+    assert inputs.take(1) == "b" and not inputs.ended_at(1)
+    with pytest.raises(UsageError, match="more than the 2 items counted"):
+        inputs.ended_at(2)
+    exact = Inputs(iter(["a", "b"]), 2, needed=lambda i: True)
+    assert exact.ended_at(2) and exact.ended_at(5)
