@@ -61,3 +61,14 @@ def test_ordered_window_counts_what_was_not_yielded():
     assert len(released) == 1
     s.fill()
     assert s.put == 12 and s.in_flight() == 8
+
+
+@pytest.mark.timeout(10)
+def test_a_dropped_chunk_only_counts_what_arrives():
+    c = StreamClaim(4)
+    c.succeed(0, ["a"])
+    c.drop()
+    c.succeed(1, ["b", "c"])
+    assert c.fresh == [] and c.values == [None] * 4 and c.settled == 3 and not c.complete
+    c.succeed(3, ["d"])
+    assert c.complete and c.fresh == []

@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal
 
@@ -43,12 +42,6 @@ WINDOW_ROUNDS = 8
 #: The longest a wait holds one fetch of outcomes (a long poll), between its checks.
 _WAIT_SLICE_S = defaults.POLL_INTERVAL_S
 
-#: Claims of streams closed early whose tasks have not all settled, by pool: they stay
-#: registered, so that those outcomes are dropped on arrival instead of filed with
-#: ``results()``, and are released once settled (see ``_release_settled``).
-_dropped: weakref.WeakKeyDictionary[Any, list[StreamClaim]] = weakref.WeakKeyDictionary()
-
-
 def default_window(put_batch_size: int, n_queues: int) -> int:
     """The default window: ``WINDOW_ROUNDS`` rounds of full put batches over the queues."""
     return WINDOW_ROUNDS * put_batch_size * max(1, n_queues)
@@ -70,8 +63,9 @@ class StreamClaim(MapClaim):
         self._arrived = bytearray(self.n)
 
     def succeed(self, position: int, values: list[Any]) -> None:
-        if self.dropped:
-            values = [None] * len(values)
+        if self.dropped:  # only counted, so that the collector knows when to release it
+            super().succeed(position, [None] * len(values))
+            return
         super().succeed(position, values)
         self._note(position, position + len(values))
 
@@ -79,6 +73,7 @@ class StreamClaim(MapClaim):
         super().fail(position, error)
         if self.dropped:
             self.failures.clear()
+            return
         self._note(position, position + 1)
 
     def _note(self, start: int, end: int) -> None:
@@ -288,7 +283,6 @@ class Streaming:
                 raise
             return claim
 
-        self._release_settled()
         stream = _Stream(iter(iterable), window, max(1, min(round_size, window // 4)), timeout_s, errors,
                          ordered, send, self.collector.release)
         return self._run(stream)
@@ -351,19 +345,11 @@ class Streaming:
     # -- chunks of closed streams ---------------------------------------------------------------
 
     def _drop(self, chunks: list[StreamClaim]) -> None:
-        """A stream ended: release its settled chunks, keep the others (dropped) registered."""
+        """A stream ended: its chunks keep no values, and the collector releases each once
+        all its outcomes arrived (they stay registered until then, so that those outcomes
+        are dropped on arrival instead of filed with ``results()``)."""
         for chunk in chunks:
             chunk.drop()
         if chunks:
             logger.debug("a stream closed with %d chunks in flight: their outcomes are dropped", len(chunks))
-        _dropped.setdefault(self, []).extend(chunks)
-        self._release_settled()
-
-    def _release_settled(self) -> None:
-        """Release the chunks of closed streams whose every outcome arrived."""
-        held = _dropped.get(self)
-        if not held:
-            return
-        for chunk in [c for c in held if c.complete]:
-            self.collector.release(chunk)
-            held.remove(chunk)
+            self.collector.release_when_complete(list(chunks))
