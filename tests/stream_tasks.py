@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 
@@ -11,8 +12,10 @@ def slower_first(x):
     return x
 
 
-def slow_zero(x):
-    """Item 0 takes two seconds; the others return at once."""
-    if x == 0:
-        time.sleep(2.0)
+def zero_waits_for(x, path):
+    """Item 0 returns once ``path`` exists (the test creates it once it got others: an
+    ordered stream would yield none before it); the others return at once."""
+    deadline = time.monotonic() + 50
+    while x == 0 and not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
     return x
