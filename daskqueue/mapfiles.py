@@ -226,10 +226,10 @@ class State:
                 raise UsageError(f"{root} holds another job ({known.get('func')} over {known.get('input')}, "
                                  f"{known.get('items')} items): use another --durable directory")
             self.submitted = known["submitted"]
-            with open(root / "ids.bin", "rb") as f:
-                data = f.read()
-            self.ids.frombytes(data[: len(data) // 8 * 8])
-            self.ids = self.ids[: self.submitted]
+            ids_path = root / "ids.bin"  # none yet if the job stopped before its first put
+            if ids_path.exists():
+                with open(ids_path, "rb") as f:  # read into the array: no second copy
+                    self.ids.fromfile(f, min(self.submitted, os.fstat(f.fileno()).st_size // 8))
         self.job = job
         self._save()
 

@@ -30,11 +30,13 @@ def _open(path: str) -> Any:
 
 
 def iter_items(path: str, as_json: bool) -> Iterator[Any]:
-    """The items of INPUT (``-``: stdin), one per line: lines end at ``\n`` only (a ``\r``
-    elsewhere is part of the item), and the ``\n`` or ``\r\n`` ending one is not part of its
-    item. Parsed as JSON with ``as_json``. Raises :class:`UsageError` for a line that is not
-    JSON or a file that cannot be read (at the first ``next()``)."""
+    """The items of INPUT (``-``: stdin), one per line: lines end at a newline only (a
+    carriage return elsewhere is part of the item), and the newline or CR LF ending one is
+    not part of its item. Parsed as JSON with ``as_json``. Raises :class:`UsageError` for a
+    line that is not JSON or not UTF-8, or a file that cannot be read (at the first
+    ``next()``)."""
     stream = _open(path)
+    number = 0
     try:
         for number, line in enumerate(stream, 1):
             if line.endswith("\n"):
@@ -46,6 +48,8 @@ def iter_items(path: str, as_json: bool) -> Iterator[Any]:
                     raise UsageError(f"{path}:{number}: not JSON ({e})") from e
             else:
                 yield line
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}:{number + 1}: not UTF-8 ({e.reason})") from e
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e}") from e
     finally:

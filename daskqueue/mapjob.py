@@ -111,28 +111,33 @@ def read_items(path: str, as_json: bool) -> list[Any]:
 
 
 def run_map(args: argparse.Namespace) -> int:
-    """The ``map`` command; returns the exit status."""
+    """The ``map`` command; returns the exit status (2: a :class:`UsageError`, found at the
+    start or as the input is read: a line not JSON or not UTF-8, an input that changed)."""
+    try:
+        return _run_map(args)
+    except UsageError as e:
+        print(f"daskqueue map: {e}", file=sys.stderr)
+        return 2
+
+
+def _run_map(args: argparse.Namespace) -> int:
     from distributed import Client, LocalCluster
 
     from daskqueue import ConsumerPool, QueuePool
 
-    try:
-        func = load_function(args.func)
-        if args.input == "-" and args.durable:
-            raise UsageError("--durable needs INPUT to be a file (a rerun reads it again)")
-        n = None if args.input == "-" else count_items(args.input, args.json)
-        root = Path(args.durable).resolve() if args.durable else None
-        state = State(root, args.func, os.path.abspath(args.input) if args.input != "-" else "-",
-                      args.json, n or 0)
-    except UsageError as e:
-        print(f"daskqueue map: {e}", file=sys.stderr)
-        return 2
+    func = load_function(args.func)
+    if args.input == "-" and args.durable:
+        raise UsageError("--durable needs INPUT to be a file (a rerun reads it again)")
+    n = None if args.input == "-" else count_items(args.input, args.json)
+    root = Path(args.durable).resolve() if args.durable else None
+    state = State(root, args.func, os.path.abspath(args.input) if args.input != "-" else "-", args.json, n or 0)
     # The input is read as the job goes; an item is held from its reading to its output line.
     inputs = Inputs(iter_items(args.input, args.json), n, needed=lambda i: i not in output.written)
     output = Output(args.out, inputs.take, ordered=not args.unordered)
-    journal = Journal(root / "done.jsonl" if root else None, loaded=output.add)
+    journal = None
     cluster = None
     try:
+        journal = Journal(root / "done.jsonl" if root else None, loaded=output.add)
         if args.scheduler:
             client = Client(args.scheduler, timeout="30s")
         else:
@@ -158,7 +163,8 @@ def run_map(args: argparse.Namespace) -> int:
         finally:
             client.close()
     finally:
-        journal.close()
+        if journal is not None:
+            journal.close()
         output.close()
         if cluster is not None:
             cluster.close()

@@ -94,3 +94,24 @@ def test_naming_a_failed_item_keeps_nothing_that_grows_with_the_items_in_flight(
     state.put([straddle, a, b])
     assert state.index_of(straddle) == 0 and state.index_of(b) == 2
     assert state.index_of(straddle, start=1) is None
+
+
+@pytest.mark.timeout(60)
+def test_an_input_found_bad_while_read_is_a_usage_error_not_a_traceback(tmp_path, capsys):
+    # Counting does not decode; reading item 0 again for its output line (a resume, before
+    # any cluster starts) finds it is not UTF-8: exit status 2 and a message.
+    import argparse
+
+    from daskqueue.mapfiles import State
+    from daskqueue.mapjob import run_map
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"\xff\nok\n")
+    root = tmp_path / "job"
+    State(root, "json:dumps", str(path), False, 2)
+    (root / "done.jsonl").write_text(json.dumps({"index": 0, "result": 1}) + "\n")
+    args = argparse.Namespace(func="json:dumps", input=str(path), json=False, durable=str(root),
+                              out=str(tmp_path / "out.jsonl"), unordered=False, scheduler=None, workers=1,
+                              queues=None, max_retries=0, time_limit=None, no_progress=True)
+    assert run_map(args) == 2
+    assert "in.txt:1: not UTF-8" in capsys.readouterr().err
