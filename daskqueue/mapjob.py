@@ -210,6 +210,8 @@ def _drive(qp: Any, cp: Any, func: Callable[[Any], Any], inputs: Inputs, state: 
                 if unknown:  # name their items from the dead letters' payloads
                     _resolve_unknown(qp, unknown, journal, output)
                     bar.update(len(journal) - bar.n)
+                if may_put():  # a full window, emptied by what was just written: put on
+                    continue
                 if inputs.n is None or len(journal) < inputs.n:
                     missing = (inputs.n or state.submitted) - len(journal)
                     print(f"daskqueue map: {missing:,} items have no outcome and none is pending "

@@ -115,3 +115,54 @@ def test_an_input_found_bad_while_read_is_a_usage_error_not_a_traceback(tmp_path
                               queues=None, max_retries=0, time_limit=None, no_progress=True)
     assert run_map(args) == 2
     assert "in.txt:1: not UTF-8" in capsys.readouterr().err
+
+
+class FakeQueues:
+    """Just the calls ``_drive`` makes on its pools (no Dask: ``_drive``'s own bookkeeping is
+    under test). Item 0 fails under an id ``ids.bin`` does not hold (as one put just before a
+    crash): it is named from its dead letter only once everything settled."""
+
+    def __init__(self):
+        self.ready = []
+
+    def batch_submit(self, calls):
+        from daskqueue.errors import RemoteTaskError
+
+        for _, i, item in calls:
+            self.ready.append((999, RemoteTaskError(999, "ValueError", "bad", "tb", 1)) if i == 0
+                              else (1000 + i, (i, item.upper())))
+        return [1000 + i for _, i, _ in calls]
+
+    def take_outcomes(self):
+        got, self.ready = self.ready, []
+        return got
+
+    def dead_letters(self):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(task_id=999, payload=(None, (0, "a"), {}))]
+
+    def settled_all(self):
+        return True
+
+
+@pytest.mark.timeout(30)
+def test_a_full_window_emptied_by_a_late_named_failure_puts_on_instead_of_giving_up(tmp_path, monkeypatch,
+                                                                                  capsys):
+    from daskqueue import mapjob
+    from daskqueue.mapfiles import Journal, State
+
+    monkeypatch.setattr(mapjob, "CHUNK", 2)
+    monkeypatch.setattr(mapjob, "WINDOW", 2)
+    items = ["a", "b", "c", "d"]
+    inputs = Inputs(iter(items), 4, needed=lambda i: i not in output.written)
+    output = Output(str(tmp_path / "out.jsonl"), inputs.take, ordered=True)
+    journal = Journal(None)
+    fake = FakeQueues()
+    status = mapjob._drive(fake, fake, str.upper, inputs, State(None, "m:f", "in", False, 4), journal, output,
+                           progress=False)
+    output.close()
+    assert "no outcome" not in capsys.readouterr().err
+    assert status == 1 and len(journal) == 4 and journal.failed == 1
+    lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in lines] == [0, 1, 2, 3] and lines[3]["result"] == "D"
