@@ -10,7 +10,6 @@ import json
 import os
 import sys
 from array import array
-from collections.abc import Container
 from pathlib import Path
 from typing import Any, Callable
 
@@ -74,6 +73,7 @@ class IndexSet:
     def __init__(self) -> None:
         self._flags = bytearray()
         self._count = 0
+        self._floor = 0  # every index below it is in the set (a set only grows)
 
     def add(self, i: int) -> bool:
         """Add ``i``; return whether it is new."""
@@ -93,9 +93,15 @@ class IndexSet:
         return self._count
 
     def first_missing(self, start: int = 0) -> int:
-        """The smallest index from ``start`` on that is not in the set."""
-        found = self._flags.find(0, start)
-        return max(start, len(self._flags)) if found < 0 else found
+        """The smallest index from ``start`` on that is not in the set. Asked from below the
+        last answer from 0, the search starts at that answer, not at ``start`` (a job asks
+        at every poll: a scan of 100 million flags each time otherwise)."""
+        begin = max(start, self._floor)
+        found = self._flags.find(0, begin)
+        first = max(begin, len(self._flags)) if found < 0 else found
+        if start <= self._floor:
+            self._floor = first
+        return first
 
 
 #: Journal records read back on resume are handed on this many at a time (see :class:`Journal`).
@@ -254,12 +260,13 @@ class State:
         self.submitted += len(ids)
         self._save()
 
-    def forget_unsettled(self, done: Container[int]) -> None:
+    def forget_unsettled(self, done: IndexSet) -> None:
         """Items put but with no outcome (not in ``done``) and nothing pending were lost:
-        let a rerun put them again, from the first of them on."""
+        let a rerun put them again, from the first of them on (the items after it that have
+        an outcome are not put again: see ``mapjob.next_chunk``)."""
         if self.root is None:
             return
-        self.submitted = min([i for i in range(len(self.ids)) if i not in done], default=self.submitted)
+        self.submitted = min(done.first_missing(0), self.submitted)
         self.ids = self.ids[: self.submitted]
         self._save()
 

@@ -166,3 +166,38 @@ def test_a_full_window_emptied_by_a_late_named_failure_puts_on_instead_of_giving
     assert status == 1 and len(journal) == 4 and journal.failed == 1
     lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [r["index"] for r in lines] == [0, 1, 2, 3] and lines[3]["result"] == "D"
+
+
+@pytest.mark.timeout(30)
+def test_forgetting_unsettled_items_asks_for_the_first_missing_not_each_item(tmp_path):
+    from daskqueue.mapfiles import State
+
+    class Asked(IndexSet):
+        asked = 0
+
+        def __contains__(self, i):
+            Asked.asked += 1
+            return super().__contains__(i)
+
+    state = State(tmp_path / "job", "m:f", "in", False, 10)
+    state.put(list(range(100, 110)))
+    done = Asked()
+    for i in (0, 1, 2, 4, 9):
+        done.add(i)
+    state.forget_unsettled(done)
+    assert state.submitted == 3 and list(state.ids) == [100, 101, 102] and Asked.asked == 0
+    assert State(tmp_path / "job", "m:f", "in", False, 10).submitted == 3
+
+
+@pytest.mark.timeout(30)
+def test_an_index_set_answers_the_first_missing_from_where_it_last_found_it():
+    s = IndexSet()
+    for i in (0, 1, 3, 4):
+        s.add(i)
+    assert s.first_missing() == 2 and s.first_missing(3) == 5 and s.first_missing(1) == 2
+    s.add(2)
+    assert s.first_missing() == 5 and s.first_missing(0) == 5
+    s.add(6)
+    assert s.first_missing(6) == 7 and s.first_missing() == 5
+    s.add(5)
+    assert s.first_missing() == 7 and s.first_missing(10) == 10
