@@ -122,16 +122,22 @@ class FakeQueues:
     under test). Item 0 fails under an id ``ids.bin`` does not hold (as one put just before a
     crash): it is named from its dead letter only once everything settled."""
 
-    def __init__(self):
+    def __init__(self, fail_first=True):
         self.ready = []
+        self.fail_first = fail_first
+        self.put = []
 
     def batch_submit(self, calls):
         from daskqueue.errors import RemoteTaskError
 
         for _, i, item in calls:
-            self.ready.append((999, RemoteTaskError(999, "ValueError", "bad", "tb", 1)) if i == 0
-                              else (1000 + i, (i, item.upper())))
+            self.put.append(i)
+            self.ready.append((999, RemoteTaskError(999, "ValueError", "bad", "tb", 1))
+                              if i == 0 and self.fail_first else (1000 + i, (i, item.upper())))
         return [1000 + i for _, i, _ in calls]
+
+    def purge(self, **kwargs):
+        pass
 
     def take_outcomes(self):
         got, self.ready = self.ready, []
@@ -201,3 +207,37 @@ def test_an_index_set_answers_the_first_missing_from_where_it_last_found_it():
     assert s.first_missing(6) == 7 and s.first_missing() == 5
     s.add(5)
     assert s.first_missing() == 7 and s.first_missing(10) == 10
+
+
+@pytest.mark.timeout(30)
+def test_an_unordered_durable_job_resumed_after_a_lost_item_puts_only_it_and_completes(tmp_path, monkeypatch,
+                                                                                     capsys):
+    from daskqueue import mapjob
+    from daskqueue.mapfiles import Journal, State
+
+    monkeypatch.setattr(mapjob, "CHUNK", 2)
+    monkeypatch.setattr(mapjob, "WINDOW", 4)
+    items = [f"x{i}" for i in range(8)]
+    root, out = tmp_path / "job", tmp_path / "out.jsonl"
+    first = State(root, "m:f", "in", False, 8)
+    first.put(list(range(100, 106)))  # 0..5 put; 3 was lost, 0..2, 4, 5 done and written
+    (root / "done.jsonl").write_text("".join(json.dumps({"index": i, "result": i}) + "\n" for i in (0, 1, 2, 4, 5)))
+    out.write_text("".join(json.dumps({"index": i, "input": items[i], "result": i}) + "\n" for i in (0, 1, 2, 4, 5)))
+
+    def rerun():
+        inputs = Inputs(iter(items), 8, needed=lambda i: i not in output.written)
+        output = Output(str(out), inputs.take, ordered=False)
+        journal = Journal(root / "done.jsonl", loaded=output.add)
+        fake = FakeQueues(fail_first=False)
+        state = State(root, "m:f", "in", False, 8)
+        try:
+            return mapjob._drive(fake, fake, str.upper, inputs, state, journal, output, progress=False), fake
+        finally:
+            journal.close()
+            output.close()
+
+    status, fake = rerun()  # 6, 7 are put; nothing pends for 3: it is found lost
+    assert status == 1 and fake.put == [6, 7] and "1 items have no outcome" in capsys.readouterr().err
+    status, fake = rerun()  # put again from 3 on, only what has no outcome
+    assert status == 0 and fake.put == [3]
+    assert sorted(json.loads(x)["index"] for x in out.read_text().splitlines()) == list(range(8))
