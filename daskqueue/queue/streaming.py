@@ -5,8 +5,9 @@ as a map is (:meth:`Submitting._encode_map` / :meth:`Submitting._send_map`), its
 land in a claim (a :class:`~daskqueue.results.MapClaim` that also notes what arrived), and
 the pool's ``outcomes`` fetch them. What a stream adds is the window: the input is pulled a
 chunk at a time, and a chunk is put only while the tasks put and not yet yielded, plus the
-chunk, fit in ``window``. So the client holds at most ``window`` results (and one chunk of
-input), whatever the input's length.
+chunk, fit in ``window`` (in arrival order, every task of a chunk not yet wholly yielded
+counts). So the client holds at most ``window`` results (and one chunk of input), whatever
+the input's length.
 
 A stream closed early (``break``, an exception in the loop, a raised task error) pulls
 nothing more and puts nothing more. Tasks already put still run (a queue does not take back
@@ -246,8 +247,9 @@ class Streaming:
         time_limit_s: float | None = None,
     ) -> Iterator[Any]:
         """:meth:`imap`, but each result is yielded as soon as it arrives, in no set order
-        (so a slow task holds up nothing behind it). A failed task raises (or, with
-        ``errors="return"``, is yielded) when its failure arrives."""
+        (so a slow task holds up nothing behind it, though its chunk keeps its place in the
+        window until it ends). A failed task raises (or, with ``errors="return"``, is yielded)
+        when its failure arrives."""
         return self._stream(func, iterable, ordered=False, window=window, timeout_s=timeout_s, errors=errors,
                             priority=priority, type=type, delay_s=delay_s, eta=eta, key=key,
                             time_limit_s=time_limit_s)
