@@ -10,15 +10,19 @@ import json
 import os
 import sys
 from array import array
-from collections.abc import Container
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from daskqueue.errors import RemoteTaskError
 
-__all__ = ["UsageError", "State", "Journal", "Output", "outcome_record", "read_whole_lines", "STATE_FORMAT"]
+__all__ = ["UsageError", "State", "Journal", "Output", "IndexSet", "outcome_record", "read_whole_lines",
+           "scan_whole_lines", "STATE_FORMAT", "NO_ID", "LOAD_BATCH"]
 
 STATE_FORMAT = 1
+
+#: The id ``ids.bin`` keeps for an index that was not put (its outcome was known already):
+#: no task has it (a task id is a sequence number shifted left over the queue's index).
+NO_ID = (1 << 64) - 1
 
 
 class UsageError(Exception):
@@ -34,12 +38,20 @@ def _jsonable(value: Any) -> Any:
 
 
 def read_whole_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON records of ``path`` (a journal or an output file of ours), one per line, up
-    to the first line a kill tore (unfinished, or not a record with an ``index``): the file
-    is cut there, so that what is appended next starts on a line of its own."""
+    """The JSON records of ``path`` (see :func:`scan_whole_lines`), as a list."""
+    records: list[dict[str, Any]] = []
+    scan_whole_lines(path, records.append)
+    return records
+
+
+def scan_whole_lines(path: Path, each: Callable[[dict[str, Any]], None]) -> None:
+    """Call ``each(record)`` for the JSON records of ``path`` (a journal or an output file of
+    ours), one per line, up to the first line a kill tore (unfinished, or not a record with
+    an ``index``): the file is cut there, so that what is appended next starts on a line of
+    its own. Nothing is kept here: a file of any length is read in constant memory."""
     if not path.exists():
-        return []
-    records, good = [], 0
+        return
+    good = 0
     with open(path, "rb") as f:
         for line in f:
             if not line.endswith(b"\n"):
@@ -49,31 +61,94 @@ def read_whole_lines(path: Path) -> list[dict[str, Any]]:
                 rec["index"]
             except (json.JSONDecodeError, KeyError, TypeError):
                 break
-            records.append(rec)
+            each(rec)
             good += len(line)
     os.truncate(path, good)
-    return records
+
+
+class IndexSet:
+    """A set of item indices from 0, one byte per index up to the largest (a job of 100
+    million items: 100 MB, not the gigabytes a ``set`` of ints takes)."""
+
+    def __init__(self) -> None:
+        self._flags = bytearray()
+        self._count = 0
+        self._floor = 0  # every index below it is in the set (a set only grows)
+
+    def add(self, i: int) -> bool:
+        """Add ``i``; return whether it is new."""
+        flags = self._flags
+        if i >= len(flags):
+            flags.extend(bytes(max(i + 1 - len(flags), len(flags))))  # grow by doubling
+        if flags[i]:
+            return False
+        flags[i] = 1
+        self._count += 1
+        return True
+
+    def __contains__(self, i: object) -> bool:
+        return isinstance(i, int) and 0 <= i < len(self._flags) and self._flags[i] == 1
+
+    def __len__(self) -> int:
+        return self._count
+
+    def first_missing(self, start: int = 0) -> int:
+        """The smallest index from ``start`` on that is not in the set. Asked from below the
+        last answer from 0, the search starts at that answer, not at ``start`` (a job asks
+        at every poll: a scan of 100 million flags each time otherwise)."""
+        begin = max(start, self._floor)
+        found = self._flags.find(0, begin)
+        first = max(begin, len(self._flags)) if found < 0 else found
+        if start <= self._floor:
+            self._floor = first
+        return first
+
+
+#: Journal records read back on resume are handed on this many at a time (see :class:`Journal`).
+LOAD_BATCH = 10_000
 
 
 class Journal:
     """``done.jsonl``: one line per outcome, fsynced per batch; read back on resume (a
-    torn last line, from a kill mid-write, is dropped)."""
+    torn last line, from a kill mid-write, is dropped).
 
-    def __init__(self, path: Path | None) -> None:
+    Kept in memory: which items are done (``done``) and how many failed (``failed``), never
+    the records: those read back are handed to ``loaded(records)`` as the file is scanned,
+    at most ``LOAD_BATCH`` at a time (the output writes the ones it lacks), so a resume holds
+    a batch, not the journal (every record of it when the output is stdout).
+    """
+
+    def __init__(self, path: Path | None, loaded: Callable[[list[dict[str, Any]]], None] = lambda records: None
+                 ) -> None:
         self.path = path
-        self.records: dict[int, dict[str, Any]] = {}
+        self.done = IndexSet()
+        self.failed = 0
         self._file = None
         if path is None:
             return
-        for rec in read_whole_lines(path):
-            self.records.setdefault(rec["index"], rec)
+        batch: list[dict[str, Any]] = []
+
+        def load(rec: dict[str, Any]) -> None:
+            if self.done.add(rec["index"]):
+                self.failed += "error" in rec
+                batch.append(rec)
+                if len(batch) >= LOAD_BATCH:
+                    loaded(batch[:])
+                    batch.clear()
+
+        scan_whole_lines(path, load)
+        if batch:
+            loaded(batch)
         self._file = open(path, "a", encoding="utf-8")
+
+    def __len__(self) -> int:
+        """How many items have their outcome journaled."""
+        return len(self.done)
 
     def add(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Record these outcomes (the new ones); return the new ones."""
-        new = [r for r in records if r["index"] not in self.records]
-        for r in new:
-            self.records[r["index"]] = r
+        new = [r for r in records if self.done.add(r["index"])]
+        self.failed += sum(1 for r in new if "error" in r)
         if self._file is not None and new:
             self._file.write("".join(json.dumps(r) + "\n" for r in new))
             self._file.flush()
@@ -87,20 +162,20 @@ class Journal:
 
 class Output:
     """The output file: in input order (written as the prefix completes) or as they finish.
-    On resume it keeps the lines already there and writes the rest."""
+    On resume it keeps the lines already there and writes the rest. ``input_of(index)`` is
+    the input item of a line, asked once per line written."""
 
-    def __init__(self, path: str | None, items: list[Any], ordered: bool) -> None:
-        self.items = items
+    def __init__(self, path: str | None, input_of: Callable[[int], Any], ordered: bool) -> None:
+        self.input_of = input_of
         self.ordered = ordered
-        self.written: set[int] = set()
+        self.written = IndexSet()
         self.next = 0
         self.pending: dict[int, dict[str, Any]] = {}
         if path is None or path == "-":
             self.file = sys.stdout
             return
-        self.written.update(rec["index"] for rec in read_whole_lines(Path(path)))
-        while self.next in self.written:
-            self.next += 1
+        scan_whole_lines(Path(path), lambda rec: self.written.add(rec["index"]))
+        self.next = self.written.first_missing(0)
         self.file = open(path, "a", encoding="utf-8")
 
     def add(self, records: list[dict[str, Any]]) -> None:
@@ -108,21 +183,23 @@ class Output:
         for r in records:
             if r["index"] in self.written:
                 continue
-            if not self.ordered:
-                lines.append(r)
-                self.written.add(r["index"])
-            else:
+            if self.ordered:
                 self.pending[r["index"]] = r
+            else:
+                lines.append(self._line(r))
         while self.ordered and self.next in self.pending:
-            r = self.pending.pop(self.next)
-            lines.append(r)
-            self.written.add(self.next)
-            self.next += 1
-            while self.next in self.written:
-                self.next += 1
+            lines.append(self._line(self.pending.pop(self.next)))
+            self.next = self.written.first_missing(self.next)
         if lines:
-            self.file.write("".join(json.dumps(_output_line(r, self.items[r["index"]])) + "\n" for r in lines))
+            self.file.write("".join(lines))
             self.file.flush()
+
+    def _line(self, record: dict[str, Any]) -> str:
+        """The output line of ``record``; its item counts as written from now on (its input
+        is asked for first: once written, the input is not kept for it)."""
+        line = json.dumps(_output_line(record, self.input_of(record["index"]))) + "\n"
+        self.written.add(record["index"])
+        return line
 
     def close(self) -> None:
         if self.file is not sys.stdout:
@@ -143,7 +220,6 @@ class State:
         self.root = root
         self.submitted = 0
         self.ids = array("Q")
-        self._by_id: dict[int, int] | None = None
         if root is None:
             return
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -156,10 +232,10 @@ class State:
                 raise UsageError(f"{root} holds another job ({known.get('func')} over {known.get('input')}, "
                                  f"{known.get('items')} items): use another --durable directory")
             self.submitted = known["submitted"]
-            with open(root / "ids.bin", "rb") as f:
-                data = f.read()
-            self.ids.frombytes(data[: len(data) // 8 * 8])
-            self.ids = self.ids[: self.submitted]
+            ids_path = root / "ids.bin"  # none yet if the job stopped before its first put
+            if ids_path.exists():
+                with open(ids_path, "rb") as f:  # read into the array: no second copy
+                    self.ids.fromfile(f, min(self.submitted, os.fstat(f.fileno()).st_size // 8))
         self.job = job
         self._save()
 
@@ -183,27 +259,46 @@ class State:
         self.ids.extend(chunk)
         self.submitted += len(ids)
         self._save()
-        self._by_id = None
 
-    def forget_unsettled(self, done: Container[int]) -> None:
+    def forget_unsettled(self, done: IndexSet) -> None:
         """Items put but with no outcome (not in ``done``) and nothing pending were lost:
-        let a rerun put them again, from the first of them on."""
+        let a rerun put them again, from the first of them on (the items after it that have
+        an outcome are not put again: see ``mapjob.next_chunk``)."""
         if self.root is None:
             return
-        self.submitted = min([i for i in range(len(self.ids)) if i not in done], default=self.submitted)
+        self.submitted = min(done.first_missing(0), self.submitted)
         self.ids = self.ids[: self.submitted]
         self._save()
 
-    def index_of(self, task_id: int) -> int | None:
-        if self._by_id is None:
-            self._by_id = {t: i for i, t in enumerate(self.ids)}
-        return self._by_id.get(task_id)
+    def index_of(self, task_id: int, start: int = 0) -> int | None:
+        """The index of the item put as ``task_id``, looked for from index ``start`` on (the
+        first item without an outcome). Searched from the newest put back, a block of
+        ``_SEARCH_BLOCK`` ids at a time: a failed task was usually put lately, and nothing is
+        kept between calls (a map of the ids from ``start`` on, with ``start`` stuck behind a
+        slow item, grew with the input and was rebuilt after every put)."""
+        needle = array("Q", [task_id]).tobytes()
+        hi = len(self.ids)
+        while hi > start:
+            lo = max(start, hi - _SEARCH_BLOCK)
+            block = self.ids[lo:hi].tobytes()
+            at = block.rfind(needle)
+            while at >= 0 and at % 8:  # a match across two ids: look further back
+                at = block.rfind(needle, 0, at + 7)
+            if at >= 0:
+                return lo + at // 8
+            hi = lo
+        return None
 
 
-def outcome_record(task_id: int, outcome: Any, state: State) -> dict[str, Any] | None:
-    """The journal record of one outcome (None: a failure whose item is not known yet)."""
+#: Ids searched at a time by :meth:`State.index_of` (a 512 KiB copy).
+_SEARCH_BLOCK = 1 << 16
+
+
+def outcome_record(task_id: int, outcome: Any, state: State, start: int = 0) -> dict[str, Any] | None:
+    """The journal record of one outcome (None: a failure whose item is not known yet);
+    ``start``: the first index without an outcome (a failure's item is looked for from it)."""
     if isinstance(outcome, RemoteTaskError):
-        index = state.index_of(task_id)
+        index = state.index_of(task_id, start)
         if index is None:
             return None
         return {"index": index, "error": f"{outcome.exc_type}: {outcome.exc_message}",

@@ -14,8 +14,10 @@ the same command again resumes it. How resuming works (the files: :mod:`daskqueu
   the queue forget it: an item is either journaled or still in the queue, never lost;
 * the output is written from the journal, so a rerun completes it without duplicates.
 
-Items are put 50,000 at a time, at most two such chunks ahead of the outcomes, so client
-memory does not grow with the input (but for the ordered output's reordering window).
+The input is read lazily (:mod:`daskqueue.mapinput`: a file is counted first, never held) and
+items are put 50,000 at a time while fewer than two such chunks wait for their output line,
+so client memory does not grow with the input: the journal and the output are known by one
+byte per item (:class:`~daskqueue.mapfiles.IndexSet`), and ``ids.bin`` by eight.
 """
 
 from __future__ import annotations
@@ -27,16 +29,20 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Container
 from pathlib import Path
 from typing import Any, Callable
 
-from daskqueue.mapfiles import Journal, Output, State, UsageError, outcome_record
+from daskqueue.mapfiles import NO_ID, Journal, Output, State, UsageError, outcome_record
+from daskqueue.mapinput import Inputs, count_items, iter_items
 
 __all__ = ["run_map", "call_indexed", "UsageError"]
 
 logger = logging.getLogger("daskqueue")
 
+#: Items per put, and how many items put may wait for their output line (see ``_drive``).
 CHUNK = 50_000
+WINDOW = 2 * CHUNK
 
 
 def call_indexed(func: Callable[[Any], Any], index: int, item: Any) -> tuple[int, Any]:
@@ -73,53 +79,65 @@ def load_function(spec: str) -> Callable[[Any], Any]:
     return obj
 
 
+def next_chunk(inputs: Inputs, done: Container[int], first: int, end: int) -> tuple[int, list[int]]:
+    """The chunk of indices ``first .. end`` to put: ``(stop, wanted)``, ``stop`` where the
+    input ends (or ``end``), ``wanted`` the indices without an outcome. A resumed job puts
+    again from its first item without one (:meth:`State.forget_unsettled`); the items after
+    it that have one are not put again (with ``--unordered`` their output lines are written,
+    and their input is not held any more)."""
+    wanted = []
+    for i in range(first, end):
+        if inputs.ended_at(i):
+            return i, wanted
+        if i not in done:
+            wanted.append(i)
+    return end, wanted
+
+
+def aligned_ids(first: int, stop: int, wanted: list[int], ids: list[int]) -> list[int]:
+    """The ids of indices ``first .. stop`` as ``ids.bin`` keeps them (by index): ``ids`` for
+    the ``wanted`` ones put, :data:`~daskqueue.mapfiles.NO_ID` for those not put."""
+    if len(wanted) == stop - first:
+        return ids
+    aligned = [NO_ID] * (stop - first)
+    for i, task_id in zip(wanted, ids):
+        aligned[i - first] = task_id
+    return aligned
+
+
 def read_items(path: str, as_json: bool) -> list[Any]:
-    """The items of INPUT, one per line (a trailing newline is not part of the item)."""
-    try:
-        stream = sys.stdin if path == "-" else open(path, encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror}") from e
-    try:
-        items = []
-        for number, line in enumerate(stream, 1):
-            line = line[:-1] if line.endswith("\n") else line
-            if as_json:
-                try:
-                    items.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise UsageError(f"{path}:{number}: not JSON ({e})") from e
-            else:
-                items.append(line)
-        return items
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e}") from e
-    finally:
-        if stream is not sys.stdin:
-            stream.close()
+    """The items of INPUT as a list (the job itself reads them lazily: :mod:`daskqueue.mapinput`)."""
+    return list(iter_items(path, as_json))
 
 
 def run_map(args: argparse.Namespace) -> int:
-    """The ``map`` command; returns the exit status."""
+    """The ``map`` command; returns the exit status (2: a :class:`UsageError`, found at the
+    start or as the input is read: a line not JSON or not UTF-8, an input that changed)."""
+    try:
+        return _run_map(args)
+    except UsageError as e:
+        print(f"daskqueue map: {e}", file=sys.stderr)
+        return 2
+
+
+def _run_map(args: argparse.Namespace) -> int:
     from distributed import Client, LocalCluster
 
     from daskqueue import ConsumerPool, QueuePool
 
-    try:
-        func = load_function(args.func)
-        items = read_items(args.input, args.json)
-        if args.input == "-" and args.durable:
-            raise UsageError("--durable needs INPUT to be a file (a rerun reads it again)")
-        root = Path(args.durable).resolve() if args.durable else None
-        state = State(root, args.func, os.path.abspath(args.input) if args.input != "-" else "-",
-                      args.json, len(items))
-    except UsageError as e:
-        print(f"daskqueue map: {e}", file=sys.stderr)
-        return 2
-    journal = Journal(root / "done.jsonl" if root else None)
-    output = Output(args.out, items, ordered=not args.unordered)
-    output.add(list(journal.records.values()))
+    func = load_function(args.func)
+    if args.input == "-" and args.durable:
+        raise UsageError("--durable needs INPUT to be a file (a rerun reads it again)")
+    n = None if args.input == "-" else count_items(args.input, args.json)
+    root = Path(args.durable).resolve() if args.durable else None
+    state = State(root, args.func, os.path.abspath(args.input) if args.input != "-" else "-", args.json, n or 0)
+    # The input is read as the job goes; an item is held from its reading to its output line.
+    inputs = Inputs(iter_items(args.input, args.json), n, needed=lambda i: i not in output.written)
+    output = Output(args.out, inputs.take, ordered=not args.unordered)
+    journal = None
     cluster = None
     try:
+        journal = Journal(root / "done.jsonl" if root else None, loaded=output.add)
         if args.scheduler:
             client = Client(args.scheduler, timeout="30s")
         else:
@@ -138,64 +156,67 @@ def run_map(args: argparse.Namespace) -> int:
             cp = ConsumerPool(client, qp)
             try:
                 cp.start()
-                return _drive(qp, cp, func, items, state, journal, output, progress=not args.no_progress)
+                return _drive(qp, cp, func, inputs, state, journal, output, progress=not args.no_progress)
             finally:
                 cp.close()
                 qp.close()
         finally:
             client.close()
     finally:
-        journal.close()
+        if journal is not None:
+            journal.close()
         output.close()
         if cluster is not None:
             cluster.close()
 
 
-def _drive(qp: Any, cp: Any, func: Callable[[Any], Any], items: list[Any], state: State, journal: Journal,
+def _drive(qp: Any, cp: Any, func: Callable[[Any], Any], inputs: Inputs, state: State, journal: Journal,
            output: Output, *, progress: bool) -> int:
-    """Put what is left, journal outcomes as they come, until every item has one."""
+    """Put what is left, a chunk at a time while fewer than ``WINDOW`` items put wait for
+    their output line, and journal outcomes as they come, until every item has one."""
     import functools
 
     from tqdm.auto import tqdm
 
-    n = len(items)
     task = functools.partial(call_indexed, func)  # one function object: pickled once per put
-    bar = tqdm(total=n, initial=len(journal.records), unit="item", desc="daskqueue map", disable=not progress,
+    bar = tqdm(total=inputs.n, initial=len(journal), unit="item", desc="daskqueue map", disable=not progress,
                file=sys.stderr)
     unknown: dict[int, Any] = {}  # failures whose item is not in ids.bin (put just before a crash)
-    inflight: list[int] = []  # sizes of the chunks put and not yet settled
-    done_before = len(journal.records)
+    done_before = len(journal)
     put_now = 0
+
+    def may_put() -> bool:
+        # Items put and not written out are held (their input, an ordered output's lines):
+        # the window bounds them, whatever the input's length.
+        return state.submitted - len(output.written) < WINDOW and not inputs.ended_at(state.submitted)
+
     try:
         while True:
-            if state.submitted < n and sum(inflight) < 2 * CHUNK:
+            if may_put():
                 first = state.submitted
-                chunk = range(first, min(n, first + CHUNK))
-                ids = qp.batch_submit([(task, i, items[i]) for i in chunk])
-                state.put(ids)
+                end = first + CHUNK if inputs.n is None else min(inputs.n, first + CHUNK)
+                stop, wanted = next_chunk(inputs, journal.done, first, end)
+                ids = qp.batch_submit([(task, i, inputs.peek(i)) for i in wanted]) if wanted else []
+                state.put(aligned_ids(first, stop, wanted, ids))
                 put_now += len(ids)
-                inflight.append(len(ids))
+                if bar.total is None and inputs.n is not None:  # stdin ended: its length is known
+                    bar.total = inputs.n
             got = _take(qp)
             _record(got, state, journal, output, bar, unknown)
-            settled = len(got)
-            while inflight and settled:
-                k = min(inflight[0], settled)
-                inflight[0] -= k
-                settled -= k
-                if not inflight[0]:
-                    inflight.pop(0)
-            if len(journal.records) >= n:
+            if inputs.n is not None and len(journal) >= inputs.n:
                 break
-            if state.submitted >= n and not got and cp.settled_all():
+            if not got and not may_put() and cp.settled_all():
                 _record(_take(qp), state, journal, output, bar, unknown)  # what settled meanwhile
                 if unknown:  # name their items from the dead letters' payloads
                     _resolve_unknown(qp, unknown, journal, output)
-                    bar.update(len(journal.records) - bar.n)
-                if len(journal.records) < n:
-                    missing = n - len(journal.records)
+                    bar.update(len(journal) - bar.n)
+                if may_put():  # a full window, emptied by what was just written: put on
+                    continue
+                if inputs.n is None or len(journal) < inputs.n:
+                    missing = (inputs.n or state.submitted) - len(journal)
                     print(f"daskqueue map: {missing:,} items have no outcome and none is pending "
                           "(lost with a transient queue?); run again to put them again", file=sys.stderr)
-                    state.forget_unsettled(journal.records)
+                    state.forget_unsettled(journal.done)
                     return 1
                 break
             if not got:
@@ -206,18 +227,18 @@ def _drive(qp: Any, cp: Any, func: Callable[[Any], Any], items: list[Any], state
         # Every item has its outcome: what still waits is a second copy (put again after a
         # crash between a put and its record in state.json); drop it, not leave it for later.
         qp.purge(dead=False, ready=True)
-    failed = sum(1 for r in journal.records.values() if "error" in r)
-    print(f"daskqueue map: {n:,} items: {done_before:,} done before this run, {put_now:,} put in this run, "
-          f"{failed:,} failed", file=sys.stderr)
-    return 1 if failed else 0
+    print(f"daskqueue map: {inputs.n:,} items: {done_before:,} done before this run, {put_now:,} put in this "
+          f"run, {journal.failed:,} failed", file=sys.stderr)
+    return 1 if journal.failed else 0
 
 
 def _record(got: list[tuple[int, Any]], state: State, journal: Journal, output: Output, bar: Any,
             unknown: dict[int, Any]) -> None:
     """Journal (then write out) the outcomes just taken."""
     records = []
+    start = journal.done.first_missing()  # items before it all have their outcome
     for task_id, outcome in got:
-        rec = outcome_record(task_id, outcome, state)
+        rec = outcome_record(task_id, outcome, state, start)
         if rec is None:
             unknown[task_id] = outcome
         else:
@@ -226,7 +247,7 @@ def _record(got: list[tuple[int, Any]], state: State, journal: Journal, output: 
     output.add(new)
     bar.update(len(new))
     if new:
-        bar.set_postfix(failed=sum(1 for r in journal.records.values() if "error" in r), refresh=False)
+        bar.set_postfix(failed=journal.failed, refresh=False)
 
 
 def _known_queues(dirpath: Path) -> int:

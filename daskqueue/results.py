@@ -144,6 +144,7 @@ class ResultCollector:
         self.results: dict[int, Any] = {}
         self.failures: dict[int, RemoteTaskError] = {}
         self._lock = threading.RLock()
+        self._closing: list[MapClaim] = []  # see release_when_complete
         #: Queues removed from the pool (drained, their outcomes fetched): not polled.
         self.removed: set[int] = set()
         # Messages moved to another queue (add_queues / remove_queue / replay_dead) keep
@@ -257,6 +258,20 @@ class ResultCollector:
                 self._claim_starts[q] = [self._claim_starts[q][k] for k in keep]
                 self._claims[q] = [self._claims[q][k] for k in keep]
 
+    def release_when_complete(self, claims: list[MapClaim]) -> None:
+        """Release these claims (nobody reads them any more) once each is complete: now, or
+        at the poll that completes it (a stream closed early: see queue/streaming.py)."""
+        with self._lock:
+            self._closing.extend(claims)
+            self._release_completed()
+
+    def _release_completed(self) -> None:
+        done = [c for c in self._closing if c.complete]
+        if done:
+            self._closing = [c for c in self._closing if not c.complete]
+            for claim in done:
+                self.release(claim)
+
     def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None) -> int:
         """Fetch what the queues have (one call per queue); return how many outcomes arrived.
 
@@ -291,6 +306,8 @@ class ResultCollector:
                 got = self._take_results(pickle.loads(blob)) + self._take_dead(q, dead)
                 self.settled[q] += got
                 n += got
+            if self._closing and n:
+                self._release_completed()
             return n
 
     def outcome(self, task_id: int) -> tuple[bool, Any]:

@@ -55,6 +55,7 @@ from daskqueue.queue.pool_settings import PoolSettings
 from daskqueue.queue.resize import add_queues, remove_queue, take_out
 from daskqueue.queue.router import Router
 from daskqueue.queue.sending import Sender
+from daskqueue.queue.streaming import Streaming
 from daskqueue.queue.submitting import Submitting, not_in_client_loop
 from daskqueue.queue.taking import Taking
 from daskqueue.queue.table import QueueTable
@@ -74,8 +75,8 @@ _not_in_client_loop = not_in_client_loop
 _open_dirs: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
 
-class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Taking, QueuePoolAsync, OpensOnAwait,
-                Executing):
+class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Taking, QueuePoolAsync,
+                OpensOnAwait, Executing):
     """A pool of ``n_queues`` queue actors on the cluster of ``client``.
 
     Messages are routed round-robin, one put batch at a time; a call's messages are spread

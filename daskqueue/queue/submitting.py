@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from distributed import Client
@@ -30,10 +31,10 @@ from daskqueue.queue.options import Eta, put_options
 from daskqueue.queue.router import batch_count, waves
 from daskqueue.queue.sending import check_keys
 from daskqueue.results import MapClaim
-from daskqueue.serialize import pickle_function
+from daskqueue.serialize import PickledFunction, pickle_function
 from daskqueue.validate import check_choice
 
-__all__ = ["Submitting", "not_in_client_loop"]
+__all__ = ["Submitting", "MapPut", "check_key_function", "not_in_client_loop"]
 
 
 def not_in_client_loop(client: Client | None) -> None:
@@ -54,6 +55,20 @@ def _call_payload(call: tuple[Any, ...]) -> tuple[int, Any, Any]:
 def _one_argument(chunk: Sequence[Any]) -> list[tuple[Any]]:
     """The payloads of a ``map`` chunk: each item is the one argument of its call."""
     return [(x,) for x in chunk]
+
+
+@dataclass(frozen=True)
+class MapPut:
+    """A map's messages, encoded: by key (``keyed``, sent in waves) or spread (``batches``)."""
+
+    batches: list[PutBatch] | None = None
+    keyed: list[tuple[int, PutBatch]] | None = None
+
+
+def check_key_function(key: Any) -> None:
+    """``map``'s ``key=``: None or a callable item -> str."""
+    if key is not None and not callable(key):
+        raise ConfigurationError(f"key must be a callable item -> str, got {key!r:.80}")
 
 
 def _progress_bar(total: int) -> Any:
@@ -151,31 +166,41 @@ class Submitting:
                                    "and call start() first")
         started = time.monotonic()
         items = list(iterable)
-        keyed = None
-        if key is not None:
-            if not callable(key):
-                raise ConfigurationError(f"key must be a callable item -> str, got {key!r:.80}")
-            keyed = self._keyed(options, self._check_keys([key(x) for x in items], len(items)),
-                                lambda i: (Kind.CALL, func, (items[i],)), what="argument")
-        else:
-            batches = encode_payloads(
-                items, _one_argument, kind=Kind.CALL, function=pickle_function(func), options=options,
-                what="argument", **self._encoding(len(items), options),
-            )
+        check_key_function(key)
+        encoded = self._encode_map(func, items, options, key)
         claim = MapClaim(len(items))
         bar = _progress_bar(claim.n) if progress else None
         try:
-            if keyed is not None:
-                for wave in waves(keyed):
-                    self.sender.send([b for _, b in wave], claim=claim, queues=[q for q, _ in wave])
-            else:
-                self.sender.send(batches, claim=claim, queue=self._route(options))
+            self._send_map(encoded, claim, options)
             deadline = None if timeout_s is None else started + timeout_s
             return self.outcomes.wait_map(claim, bar=bar, deadline=deadline, timeout_s=timeout_s, errors=errors)
         finally:
             self.collector.release(claim)
             if bar is not None:
                 bar.close()
+
+    def _encode_map(self, func: Callable[..., Any], items: list[Any], options: PutOptions,
+                    key: Callable[[Any], str] | None, function: PickledFunction | None = None) -> MapPut:
+        """Every message of ``func(x) for x in items``, encoded (nothing is sent yet: an item
+        that cannot be pickled raises here). ``function``: ``func`` pickled already (a stream
+        pickles it once, not once per chunk)."""
+        if key is not None:
+            keyed = self._keyed(options, self._check_keys([key(x) for x in items], len(items)),
+                                lambda i: (Kind.CALL, func, (items[i],)), what="argument")
+            return MapPut(keyed=keyed)
+        batches = encode_payloads(
+            items, _one_argument, kind=Kind.CALL, function=function or pickle_function(func), options=options,
+            what="argument", **self._encoding(len(items), options),
+        )
+        return MapPut(batches=batches)
+
+    def _send_map(self, encoded: MapPut, claim: MapClaim, options: PutOptions) -> None:
+        """Send a map's encoded messages, their outcomes routed to ``claim`` (by position)."""
+        if encoded.keyed is not None:
+            for wave in waves(encoded.keyed):
+                self.sender.send([b for _, b in wave], claim=claim, queues=[q for q, _ in wave])
+        else:
+            self.sender.send(encoded.batches, claim=claim, queue=self._route(options))
 
     # -- raw items ----------------------------------------------------------------------------
 
