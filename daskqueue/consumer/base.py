@@ -36,6 +36,7 @@ from daskqueue.consumer.sizer import BatchSizer
 from daskqueue.lru import LRU
 from daskqueue.messages import Kind, Message, Task, error_from_exception, make_id
 from daskqueue.queue.handles import bind_local, queue_identity, released_actor
+from daskqueue.queue.producer_results import segment_producers
 from daskqueue.serialize import Segment, loads
 
 __all__ = ["ConsumerBase", "ConsumerStats", "Batch", "Outcome", "DURATION_BUCKETS_S", "Isolation"]
@@ -340,6 +341,7 @@ class ConsumerBase:
         finally:
             self._running.funcs = None
             producers.running_in(None)
+        outcome.producers = segment_producers(batch.segments)  # results are cut by producer
         return outcome, time.perf_counter() - started
 
     def _pool_handles(self) -> Any:

@@ -9,7 +9,8 @@ import pytest
 
 from daskqueue import DurableQueue, TransientQueue
 from daskqueue.messages import Kind
-from daskqueue.queue.producer_results import EarlyProducers, split_by_producer
+from daskqueue.consumer.batch import Outcome, dump_results
+from daskqueue.queue.producer_results import segment_producers, split_by_producer
 from daskqueue.segment.format import CHUNK_HEADER, ChunkHeader
 from daskqueue.serialize import Group, ResultRecord, decode_delivery, encode_put, encode_settle, pack_payloads
 
@@ -33,8 +34,8 @@ def test_a_record_of_one_producer_is_kept_whole_and_tagged():
 
 @pytest.mark.timeout(10)
 def test_a_record_of_mixed_producers_is_cut_by_range_with_failures_and_final_errors():
-    values = ["a", "b", None, "d"]
-    record = ResultRecord(1, [(0, 2), (10, 1), (2, 1)], [2], pickle.dumps(values), {2: b"err"}, None)
+    cut = {0: pickle.dumps(["a", "b", "d"]), 9: pickle.dumps([None])}
+    record = ResultRecord(1, [(0, 2), (10, 1), (2, 1)], [2], cut, {2: b"err"}, None)
     pieces = {getattr(p, "producer", 0): p for p in split_by_producer(record, [0, 9, 0])}
     owner, other = pieces[0], pieces[9]
     assert owner.ranges == [(0, 2), (2, 1)] and pickle.loads(owner.results) == ["a", "b", "d"]
@@ -44,14 +45,17 @@ def test_a_record_of_mixed_producers_is_cut_by_range_with_failures_and_final_err
 
 
 @pytest.mark.timeout(10)
-def test_early_acked_spans_remember_only_other_producers_and_forget_once_taken():
-    early = EarlyProducers(max_entries=2)
-    early.note([_Span(0, 0), _Span(4, 5), _Span(9, 6)], 3)
-    assert len(early) == 2  # the owner's span is not kept
-    assert early.take([(4, 2), (0, 4), (9, 1)]) == [5, 0, 6]
-    assert len(early) == 0
-    early.note([_Span(1, 1), _Span(2, 2), _Span(3, 3)], 3)
-    assert early.take([(1, 1)]) == [0]  # bounded: the oldest went first
+def test_the_consumer_cuts_results_by_producer_and_the_queue_never_unpickles_them():
+    segs = [type("S", (), {"producer": p, "count": n})() for p, n in [(0, 2), (9, 1), (0, 1)]]
+    assert segment_producers(segs[:1]) is None  # one producer: one list, as before
+    outcome = Outcome(3, {}, set(), ["a", "b", "x"], producers=segment_producers(segs))  # stopped after 3
+    cut = dump_results(outcome)
+    assert {p: pickle.loads(b) for p, b in cut.items()} == {0: ["a", "b"], 9: ["x"]}
+    # A single list for mixed producers (it cannot be cut without unpickling user data, here
+    # bytes that do not unpickle at all) goes whole to the first producer, never raising.
+    record = ResultRecord(0, [(0, 1), (5, 1)], [], b"not a pickle", None, None)
+    (whole,) = split_by_producer(record, [0, 9])
+    assert whole.results == b"not a pickle" and whole.ranges == record.ranges
 
 
 @pytest.mark.timeout(10)
@@ -100,7 +104,8 @@ def _run_all(queue, n):
     blob = queue.get_batch(n, 0.0).result()
     lease_id, _, segments = decode_delivery(blob)
     items = [pickle.loads(p) for s in segments for p in s.payloads()]
-    queue.settle(lease_id, encode_settle(len(items), {}, set(), pickle.dumps(items))).result()
+    outcome = Outcome(len(items), {}, set(), items, producers=segment_producers(segments))
+    queue.settle(lease_id, encode_settle(len(items), {}, set(), dump_results(outcome))).result()  # as a consumer
     return [s.producer for s in segments]
 
 
@@ -143,3 +148,33 @@ def test_a_reopened_durable_queue_keeps_each_producers_messages_and_results(make
     assert _fetch(again, 0, 11)[1] == ["a1"]
     assert _run_all(again, 10) == [11]  # the waiting message kept its producer on disk
     assert _fetch(again, 0, 11)[1] == ["a1", "a2"]
+
+
+@pytest.mark.timeout(30)
+def test_a_mixed_lease_with_results_the_queue_cannot_unpickle_still_settles(make_queue):
+    q = make_queue()
+    _put(q, ["o1"])
+    _put(q, ["a1"], producer=11)
+    lease_id, _, segments = decode_delivery(q.get_batch(10, 0.0).result())
+    assert [s.producer for s in segments] == [0, 11]
+    # Results a queue could not unpickle (a class only the workers' tasks know, say): the
+    # consumer's cut per producer is stored as it is.
+    cut = {0: b"\x80\x05opaque-owner", 11: b"\x80\x05opaque-11"}
+    assert q.settle(lease_id, encode_settle(2, {}, set(), cut)).result()[0] == 2
+    _, blob, _, _ = q.fetch_outcomes(0, 0, 0.0, 11).result()
+    (record,) = pickle.loads(blob)
+    assert record.results == b"\x80\x05opaque-11" and record.ranges == [(segments[1].first_seq, 1)]
+
+
+@pytest.mark.timeout(30)
+def test_early_acked_outcomes_go_to_the_producer_the_consumer_names_even_after_a_reopen(make_queue):
+    q = make_queue("early")
+    _put(q, ["a1"], producer=11)
+    lease_id, _, segments = decode_delivery(q.get_batch(10, 0.0).result())
+    q.settle(lease_id, encode_settle(1, {}, set(), None)).result()  # acked early, before it ran
+    if make_queue.kind == "durable":  # the queue keeps no note of whose they were
+        q.close().result()
+        q = make_queue("early")
+    q.record_outcomes([(segments[0].first_seq, 1)], {}, pickle.dumps(["r1"]), None, [11]).result()
+    assert _fetch(q, 0, 11)[1] == ["r1"]
+    assert _fetch(q, 0, 0)[1] == []
