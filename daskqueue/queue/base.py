@@ -232,6 +232,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         funcs, groups = decode_put(blob)
         if producer:
             groups = [g if g.producer else dataclasses.replace(g, producer=producer) for g in groups]
+            self._hear_producer(producer)
         if token is not None and token in self._tokens:
             return ranges_of(self._tokens[token], groups)
         new_funcs, unknown = self._funcs.to_store({g.digest for g in groups if g.digest is not None}, funcs)

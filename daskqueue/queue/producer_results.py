@@ -8,7 +8,7 @@ producer's fetches return only its own records (:mod:`daskqueue.queue.outbox`). 
 consumer cuts the results by producer where they are still values (:func:`split_values`),
 so the queue never unpickles a user's result.
 
-Pure functions: no Dask, no clock, no I/O.
+Pure functions and a bookkeeping class: no Dask, no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any, Iterable, Union
 
 from daskqueue.serialize import ResultRecord, TaggedResultRecord
 
-__all__ = ["span_producers", "segment_producers", "split_values", "split_by_producer", "record_producer"]
+__all__ = ["span_producers", "segment_producers", "split_values", "split_by_producer", "record_producer", "ProducerBook",
+           "PRODUCER_LIVENESS_S"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -99,3 +100,80 @@ def split_by_producer(record: ResultRecord, producers: list[int]) -> list[Result
     return [ResultRecord(record.queue, ranges, fails, results.get(producer, b""),
                          (errs or None) if record.final_errors is not None else None, record.consumer).tagged(producer)
             for producer, (ranges, fails, errs, _) in by.items()]
+
+
+#: An attached producer neither putting nor fetching for this long is gone (a crashed
+#: process, a killed task's handle): its records are dropped. Renewed by each put and fetch;
+#: the owner (tag 0) never expires. Minutes: far above a collector's long-poll period.
+PRODUCER_LIVENESS_S = 600.0
+
+#: How many forgotten producer tags a queue remembers (to drop their late records at once).
+FORGOTTEN_KEPT = 10_000
+
+
+class ProducerBook:
+    """Which producers read a queue's result records, and how far each has read.
+
+    Per producer tag: its cursor (the first record number it has not fetched) and when it
+    was last heard of (a put or a fetch; ``now`` is given, this class reads no clock). A
+    record is *wanted* while its producer is known and has not fetched past it; a producer
+    is forgotten when it says so (an attached handle closed) or after ``liveness_s`` unheard
+    of (never the owner, 0). Pure: no Dask, no clock, no I/O.
+    """
+
+    def __init__(self, liveness_s: float = PRODUCER_LIVENESS_S) -> None:
+        self.liveness_s = liveness_s
+        self.cursors: dict[int, int] = {}
+        self.heard: dict[int, float] = {}
+        self.forgotten: dict[int, None] = {}  # insertion-ordered set, oldest first
+
+    def hear(self, producer: int, now: float) -> bool:
+        """Producer ``producer`` put or fetched now. True if it had been forgotten (its
+        earlier unfetched records are gone)."""
+        if not producer:
+            return False
+        back = self.forgotten.pop(producer, 0) is None
+        self.heard[producer] = now
+        return back
+
+    def notice(self, producer: int, now: float) -> None:
+        """A record of ``producer`` is stored: its liveness counts from now if it is new."""
+        if producer and producer not in self.heard and producer not in self.forgotten:
+            self.heard[producer] = now
+
+    def fetched(self, producer: int, cursor: int) -> None:
+        if cursor > self.cursors.get(producer, 0):
+            self.cursors[producer] = cursor
+
+    def forget(self, producer: int) -> None:
+        if not producer:
+            return
+        self.cursors.pop(producer, None)
+        self.heard.pop(producer, None)
+        self.forgotten[producer] = None
+        while len(self.forgotten) > FORGOTTEN_KEPT:
+            del self.forgotten[next(iter(self.forgotten))]
+
+    def expire(self, now: float) -> list[int]:
+        """Forget the producers unheard of for longer than ``liveness_s``; return them."""
+        gone = [p for p, t in self.heard.items() if now - t > self.liveness_s]
+        for p in gone:
+            self.forget(p)
+        return gone
+
+    def wanted(self, record: Any, number: int) -> bool:
+        """Whether record ``number`` is still to be fetched by its producer."""
+        if not record.ranges:  # an empty record (a dropped one's place): nobody's
+            return False
+        producer = record_producer(record)
+        return producer not in self.forgotten and number >= self.cursors.get(producer, 0)
+
+    def export(self, now: float) -> dict[str, Any]:
+        """The state for a successor (hand-off): ages, not this process's clock readings."""
+        return {"cursors": dict(self.cursors), "ages": {p: now - t for p, t in self.heard.items()},
+                "forgotten": list(self.forgotten)}
+
+    def load(self, state: dict[str, Any], now: float) -> None:
+        self.cursors = dict(state["cursors"])
+        self.heard = {p: now - age for p, age in state["ages"].items()}
+        self.forgotten = dict.fromkeys(state["forgotten"])

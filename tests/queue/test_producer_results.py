@@ -3,6 +3,7 @@ queue actors (transient and durable, a durable one reopened)."""
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from daskqueue import DurableQueue, TransientQueue
 from daskqueue.messages import Kind
 from daskqueue.consumer.batch import Outcome, dump_results
-from daskqueue.queue.producer_results import segment_producers, split_by_producer
+from daskqueue.queue.producer_results import ProducerBook, segment_producers, split_by_producer
 from daskqueue.segment.format import CHUNK_HEADER, ChunkHeader
 from daskqueue.serialize import Group, ResultRecord, decode_delivery, encode_put, encode_settle, pack_payloads
 
@@ -178,3 +179,63 @@ def test_early_acked_outcomes_go_to_the_producer_the_consumer_names_even_after_a
     q.record_outcomes([(segments[0].first_seq, 1)], {}, pickle.dumps(["r1"]), None, [11]).result()
     assert _fetch(q, 0, 11)[1] == ["r1"]
     assert _fetch(q, 0, 0)[1] == []
+
+
+# -- a producer that is gone (in-process queue: no Dask needed for the outbox's bookkeeping) ---
+
+
+async def _put_here(q, items, producer=0):
+    offsets, data = pack_payloads(items, max_message_bytes=2**20)
+    g = Group(Kind.RAW, None, None, 0, None, 0.0, len(items), offsets, data)
+    return await q.put_batch(encode_put([g], {}), None, producer)
+
+
+async def _run_here(q):
+    lease_id, _, segments = decode_delivery(await q.get_batch(100, 0.0))
+    items = [pickle.loads(p) for s in segments for p in s.payloads()]
+    outcome = Outcome(len(items), {}, set(), items, producers=segment_producers(segments))
+    await q.settle(lease_id, encode_settle(len(items), {}, set(), dump_results(outcome)))
+
+
+@pytest.mark.timeout(30)
+def test_a_gone_producers_records_hold_back_nobody_and_go_after_the_liveness_window():
+    async def main():
+        q = TransientQueue(0)
+        await _put_here(q, ["a"], producer=11)  # a producer that never fetches (crashed)
+        await _run_here(q)
+        cursor = 0
+        for i in range(50):
+            await _put_here(q, [i])
+            await _run_here(q)
+            cursor, _, _, _ = await q.fetch_outcomes(cursor, 0, 0.0, 0)
+        held = [r for r in q._results if r.ranges]
+        # Only producer 11's record and the owner's last (fetched, dropped at its next fetch).
+        assert len(held) <= 2 and sum(len(pickle.loads(r.results)) for r in held) <= 2
+        q._producers.liveness_s = 0.0  # producer 11's window ran out
+        await q.fetch_outcomes(cursor, 0, 0.0, 0)
+        assert len(q._results) == 0
+        await _put_here(q, ["late"], producer=22)
+        await _run_here(q)
+        await q.forget_producer(22)  # closed: its late records go too
+        await q.fetch_outcomes(cursor, 0, 0.0, 0)
+        assert not [r for r in q._results if r.ranges]
+        await q.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(10)
+def test_the_producer_book_expires_attached_producers_never_the_owner_and_survives_hand_off():
+    book = ProducerBook(liveness_s=60.0)
+    book.hear(0, 0.0)
+    book.hear(5, 0.0)
+    book.notice(6, 30.0)
+    book.fetched(5, 10)
+    assert book.expire(61.0) == [5]
+    assert book.wanted(ResultRecord(0, [(0, 1)], [], b"", None).tagged(6), 0)
+    assert not book.wanted(ResultRecord(0, [(0, 1)], [], b"", None).tagged(5), 11)  # forgotten
+    again = ProducerBook(liveness_s=60.0)
+    again.load(book.export(now=70.0), now=1000.0)  # another process's clock
+    assert again.forgotten == {5: None} and again.cursors == {}
+    assert again.expire(1015.0) == [] and again.expire(1021.0) == [6]  # 40 s old at the hand-off
+    assert again.hear(5, 1050.0)  # back after being forgotten: said so
