@@ -170,3 +170,22 @@ def test_process_item_of_a_custom_consumer_enqueues_raw_items_through_get_pool(p
     cp.join(timeout=45)
     words = sorted(v for v in cp.results().values() if isinstance(v, str))
     assert words == ["W1-0", "W1-1", "W2-0", "W2-1"]
+
+
+@pytest.mark.timeout(10)
+def test_a_task_started_by_map_inside_a_task_cannot_enqueue_through_get_pool():
+    # Its follow-ups would be tagged with the map's own tag, whose handle closes when the
+    # map returns: their outcomes would be read by no one. Refused, typed.
+    from daskqueue import producers
+    from daskqueue.errors import ConfigurationError
+
+    producers.running_in(lambda tag: ("handle", tag))
+    try:
+        producers.set_producer(7)
+        assert producers.get_pool() == ("handle", 7)  # an attached producer's task: fine
+        producers.set_producer(producers.new_map_tag())
+        with pytest.raises(ConfigurationError, match="map"):
+            producers.get_pool()
+    finally:
+        producers.running_in(None)
+    assert all(0 < producers.new_producer_tag() < producers.MAP_TAG for _ in range(100))

@@ -27,7 +27,7 @@ from typing import Any
 from daskqueue import defaults, registry
 from daskqueue.errors import ConfigurationError, PoolClosedError, QueueClosedError, QueueLostError
 from daskqueue.outcomes import Outcomes
-from daskqueue.producers import OWNER, ProducerSpec, new_producer_tag
+from daskqueue.producers import OWNER, ProducerSpec, new_map_tag, new_producer_tag
 from daskqueue.queue.config import PoolConfig
 from daskqueue.queue.handles import WorkerActor
 from daskqueue.queue.pool import QueuePool
@@ -190,10 +190,11 @@ class PoolHandle(QueuePool):
 
     def map(self, func: Any, iterable: Any, **kwargs: Any) -> list[Any]:  # type: ignore[override]
         """:meth:`QueuePool.map`; on a task handle, through a sibling handle with a fresh
-        producer tag (its outcomes are its own), closed after."""
+        map tag (its outcomes are its own), closed after. The tasks it runs cannot enqueue
+        follow-ups through ``get_pool()`` (:func:`daskqueue.producers.get_pool` says why)."""
         if self._role != "task":
             return super().map(func, iterable, **kwargs)
-        sibling = build_handle(self.spec.with_producer(new_producer_tag()), self.table.handles, self.client,
+        sibling = build_handle(self.spec.with_producer(new_map_tag()), self.table.handles, self.client,
                                role="map", removed=self.table.removed)
         try:
             return sibling.map(func, iterable, **kwargs)
