@@ -119,3 +119,27 @@ def test_an_attached_producer_gets_its_own_outcomes_from_early_acking_consumers_
     cp.join(timeout=30)
     assert sorted(cp.results().items()) == sorted((i, 2 * k) for k, i in enumerate(ids))
     attached.close()
+
+
+@pytest.mark.timeout(10)
+def test_a_closed_queue_of_a_pool_still_registered_is_a_removed_queue_not_a_closed_pool():
+    import concurrent.futures
+
+    from daskqueue.queue.attached import HandleTable
+    from daskqueue.queue.table import Pending
+
+    def closed_call():
+        f = concurrent.futures.Future()
+        f.set_exception(QueueClosedError("queue 1 is closed"))
+        return Pending(f, object())
+
+    table = HandleTable("transient", [object(), object()], [None, None], scheduler_lost=lambda: None,
+                        settled=lambda q: 0)
+    table.pool_name = "p"
+    table.refresh = lambda q: (True, None)  # the owner's pool is registered; queue 1 is not listed
+    with pytest.raises(QueueClosedError, match="removed") as caught:
+        table.answer(1, closed_call())
+    assert not isinstance(caught.value, PoolClosedError)
+    table.refresh = lambda q: (False, None)  # the pool is gone from the registry
+    with pytest.raises(PoolClosedError):
+        table.answer(1, closed_call())

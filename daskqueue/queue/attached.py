@@ -93,8 +93,24 @@ class HandleTable(QueueTable):
     def answer(self, q: int, pending: Pending, deadline: float | None = None) -> Any:
         try:
             return super().answer(q, pending, deadline)
+        except PoolClosedError:
+            raise
         except QueueClosedError as e:
-            raise PoolClosedError(self.pool_name) from e
+            raise self._closed_error(q) from e
+
+    def _closed_error(self, q: int) -> QueueClosedError:
+        """Queue ``q`` answered that it is closed: the pool was closed, or (the pool still
+        registered) its owner took that queue out of the pool (``remove_queue``)."""
+        registered = False
+        if self.refresh is not None:
+            try:
+                registered, _ = self.refresh(q)
+            except Exception as e:  # the registry is for finding pools: say what is likeliest
+                logger.debug("queue %d: registry not read: %s", q, e)
+        if registered:
+            return QueueClosedError(f"queue {q} of pool {self.pool_name!r} was removed by its owner "
+                                    "(the pool is open): nothing more goes to that queue")
+        return PoolClosedError(self.pool_name)
 
     def await_move(self, q: int, handle: Any) -> None:
         """Wait (bounded) until the registry names another actor for queue ``q`` (a task
