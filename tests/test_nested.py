@@ -189,3 +189,27 @@ def test_a_task_started_by_map_inside_a_task_cannot_enqueue_through_get_pool():
     finally:
         producers.running_in(None)
     assert all(0 < producers.new_producer_tag() < producers.MAP_TAG for _ in range(100))
+
+
+@pytest.mark.timeout(10)
+def test_a_consumers_cached_task_handle_is_made_again_when_its_queues_change():
+    # A handle kept from before a queue was removed would still route to it (QueueLostError
+    # on every attempt of the parent task, until it is dead-lettered).
+    import asyncio
+
+    from daskqueue.producers import ProducerSpec
+    from daskqueue.queue.attached import PoolSource
+    from daskqueue.queue.config import PoolConfig
+
+    calls = type("Calls", (), {})()
+    calls.queues = {0: object(), 1: object()}
+    loop = asyncio.new_event_loop()
+    try:
+        source = PoolSource(ProducerSpec("p", PoolConfig(), None, (None, None)), calls, loop)
+        first = source(0)
+        assert source(0) is first and first.router.targets == [0, 1]
+        del calls.queues[1]  # the owner removed queue 1 (or it was lost)
+        again = source(0)
+        assert again is not first and again.router.targets == [0]
+    finally:
+        loop.close()

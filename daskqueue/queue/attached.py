@@ -367,7 +367,7 @@ class PoolSource:
         self.spec = spec
         self._calls = calls
         self._loop = loop
-        self._handles: dict[int, PoolHandle] = {}
+        self._handles: dict[int, tuple[PoolHandle, frozenset[int] | None]] = {}  # with the queues it saw
         self._client: Any = None
         self._lock = threading.Lock()
 
@@ -375,11 +375,14 @@ class PoolSource:
         return f"<PoolSource {self.spec.name!r}: {'worker' if self._calls is not None else 'child'}>"
 
     def __call__(self, producer: int) -> PoolHandle:
+        """The task handle of ``producer``; on a worker, made again when the consumer's set of
+        queues changed since (a queue removed, lost or added: it routes to the queues now)."""
         with self._lock:
-            handle = self._handles.get(producer)
-            if handle is None or handle.closed:
-                handle = self._handles[producer] = self._make(producer)
-            return handle
+            queues = frozenset(self._calls.queues) if self._calls is not None else None
+            made = self._handles.get(producer)
+            if made is None or made[0].closed or made[1] != queues:
+                made = self._handles[producer] = (self._make(producer), queues)
+            return made[0]
 
     def _make(self, producer: int) -> PoolHandle:
         spec = self.spec.with_producer(producer)
