@@ -239,3 +239,17 @@ def test_the_producer_book_expires_attached_producers_never_the_owner_and_surviv
     assert again.forgotten == {5: None} and again.cursors == {}
     assert again.expire(1015.0) == [] and again.expire(1021.0) == [6]  # 40 s old at the hand-off
     assert again.hear(5, 1050.0)  # back after being forgotten: said so
+
+
+@pytest.mark.timeout(10)
+def test_a_message_of_exactly_the_limit_from_an_attached_producer_fits_one_segment():
+    from daskqueue import defaults
+    from daskqueue.queue.config import PoolConfig
+    from daskqueue.segment.format import FILE_HEADER, LOG_RECORD_HEADER, PAYLOAD_OFFSET
+
+    config = PoolConfig(durability="durable", dirpath="/tmp/unused", max_segment_bytes=defaults.MIN_SEGMENT_BYTES,
+                        max_message_bytes=defaults.MIN_SEGMENT_BYTES)
+    limit = config.message_limit("t", "k")
+    record = (FILE_HEADER.size + LOG_RECORD_HEADER.size + ChunkHeader.encoded_size("t", "k", 2**31 - 1)
+              + 2 * PAYLOAD_OFFSET.size + limit)
+    assert record <= config.max_segment_bytes
