@@ -143,3 +143,20 @@ def test_a_closed_queue_of_a_pool_still_registered_is_a_removed_queue_not_a_clos
     table.refresh = lambda q: (False, None)  # the pool is gone from the registry
     with pytest.raises(PoolClosedError):
         table.answer(1, closed_call())
+
+
+@pytest.mark.timeout(60)
+def test_a_pool_of_an_asynchronous_client_pickles_in_its_event_loop(client):
+    import asyncio
+
+    from distributed import Client
+
+    async def main():
+        async with Client(client.scheduler.address, asynchronous=True) as aclient:
+            qp = await QueuePool(aclient, 1)
+            try:
+                return pickle.dumps(qp)  # what await aclient.submit(f, qp) does
+            finally:
+                await qp.close_async()
+
+    assert len(asyncio.run(main())) > 0
