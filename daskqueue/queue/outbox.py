@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from daskqueue.queue.core import Span
 from daskqueue.queue.payload import moved_group
-from daskqueue.queue.producer_results import ProducerBook, record_producer
+from daskqueue.queue.producer_results import ProducerBook, record_producer, split_by_producer
 from daskqueue.segment.format import TOKEN_SIZE
 from daskqueue.serialize import PROTOCOL, ResultRecord, encode_put
 
@@ -55,8 +55,8 @@ _EMPTY = pickle.dumps([], PROTOCOL)
 
 
 class OutboxMixin:
-    """Remote methods ``fetch_results``, ``fetch_outcomes``, ``fetch_dead``, ``dead_letters``,
-    ``replay_dead``, ``purge``."""
+    """Remote methods ``record_outcomes``, ``fetch_results``, ``fetch_outcomes``, ``fetch_dead``,
+    ``dead_letters``, ``replay_dead``, ``purge``."""
 
     # Owned by QueueActorBase.
     index: int
@@ -93,6 +93,28 @@ class OutboxMixin:
         if self._outcome_event is not None:
             self._outcome_event.set()
             self._outcome_event = asyncio.Event()
+
+    def _store_record(self, record: ResultRecord, producers: list[int]) -> None:
+        """Keep ``record`` as one record per producer (``producers[i]``: the tag of its
+        ``ranges[i]``; the results come cut by the consumer, see ``split_by_producer``)."""
+        for piece in split_by_producer(record, producers):
+            self._add_result(piece)
+
+    async def record_outcomes(self, ranges: list[tuple[int, int]], errors: dict[int, bytes],
+                              results: bytes | dict[int, bytes], consumer: int | None = None,
+                              producers: list[int] | None = None) -> None:
+        """Store the outcomes of early-acked messages (already settled; failures are final).
+        ``producers[i]`` is the producer tag of ``ranges[i]`` (the consumer read it from the
+        delivery; None, from an older consumer: the owner's)."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._start()
+        record = ResultRecord(self.index, ranges, sorted(errors), results, errors, consumer)
+        self._store_record(record, producers or [0] * len(ranges))
+        try:
+            self._after_change(self._now())
+        finally:  # the results are kept even if storage failed (see DurableQueue)
+            self._notify_outcomes()
 
     # -- reading outcomes ---------------------------------------------------------------------
 
