@@ -213,3 +213,31 @@ def test_a_consumers_cached_task_handle_is_made_again_when_its_queues_change():
         assert again is not first and again.router.targets == [0]
     finally:
         loop.close()
+
+
+@pytest.mark.timeout(10)
+def test_a_consumer_makes_one_source_of_task_handles_and_closes_its_client():
+    import threading
+
+    from daskqueue.consumer.task_pools import TaskPools
+    from daskqueue.producers import ProducerSpec
+    from daskqueue.queue.config import PoolConfig
+
+    pools = TaskPools(ProducerSpec("p", PoolConfig(), None, (None,)))
+    start, got = threading.Barrier(8), []
+
+    def first_batch():
+        start.wait()
+        got.append(pools.source(None, None))  # a child's twin: no loop
+
+    threads = [threading.Thread(target=first_batch) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(s) for s in got}) == 1
+    closed = []
+    got[0]._client = type("C", (), {"close": lambda self, timeout: closed.append(timeout)})()
+    pools.close()
+    assert closed and pools.source(None, None) is not got[0]
+    assert TaskPools(None).source(None, None) is None

@@ -393,6 +393,17 @@ class PoolSource:
             return build_handle(spec, handles, None, role="task", removed=missing)
         return attach_by_name(self._child_client(), spec.name, producer=producer)
 
+    def close(self) -> None:
+        """Forget the handles; close the Client this source opened (a child process's)."""
+        with self._lock:
+            self._handles.clear()
+            client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close(timeout=2)
+            except Exception as e:  # the process is ending: its connection goes with it
+                logger.debug("%r: closing its client failed: %s", self, e)
+
     def _child_client(self) -> Any:
         """This process's own client to the scheduler (a consumer's child has none)."""
         if self._client is None:
