@@ -39,8 +39,8 @@ from daskqueue.errors import ConfigurationError
 if TYPE_CHECKING:
     from daskqueue.queue.pool import QueuePool
 
-__all__ = ["ProducerSpec", "get_pool", "new_producer_tag", "new_map_tag", "MAP_TAG", "running_in", "set_producer", "current_source",
-           "ClassOrInstanceMethod", "OWNER"]
+__all__ = ["ProducerSpec", "get_pool", "new_producer_tag", "new_map_tag", "MAP_TAG", "running_in", "set_producer",
+           "current_source", "ClassOrInstanceMethod", "OWNER"]
 
 logger = logging.getLogger("daskqueue")
 

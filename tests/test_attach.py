@@ -160,3 +160,11 @@ def test_a_pool_of_an_asynchronous_client_pickles_in_its_event_loop(client):
                 await qp.close_async()
 
     assert len(asyncio.run(main())) > 0
+
+
+@pytest.mark.timeout(10)
+def test_attach_refuses_an_asynchronous_client():
+    from daskqueue.queue.attached import attach_by_name
+
+    with pytest.raises(ConfigurationError, match="synchronous"):
+        attach_by_name(type("AsyncClient", (), {"asynchronous": True})(), "p")

@@ -198,7 +198,7 @@ def test_a_consumers_cached_task_handle_is_made_again_when_its_queues_change():
     import asyncio
 
     from daskqueue.producers import ProducerSpec
-    from daskqueue.queue.attached import PoolSource
+    from daskqueue.consumer.task_pools import PoolSource
     from daskqueue.queue.config import PoolConfig
 
     calls = type("Calls", (), {})()

@@ -36,7 +36,7 @@ from daskqueue.queue.sending import Sender
 from daskqueue.queue.table import Pending, QueueTable
 from daskqueue.results import ResultCollector
 
-__all__ = ["PoolHandle", "PoolSource", "LoopQueue", "attach_by_name", "unpickle_pool"]
+__all__ = ["PoolHandle", "LoopQueue", "attach_by_name", "build_handle", "unpickle_pool"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -212,6 +212,7 @@ class PoolHandle(QueuePool):
             return super().map(func, iterable, **kwargs)
         sibling = build_handle(self.spec.with_producer(new_map_tag()), self.table.handles, self.client,
                                role="map", removed=self.table.removed)
+        sibling.table.refresh = self.table.refresh  # it follows moves and lost queues as this one does
         try:
             return sibling.map(func, iterable, **kwargs)
         finally:
@@ -294,7 +295,10 @@ class _NoQueue:
 def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> PoolHandle:
     """A handle on the pool registered as ``name`` on ``client``'s scheduler, for a fresh
     producer tag (or ``producer``). Raises :class:`PoolClosedError` if no open pool has
-    that name."""
+    that name, :class:`ConfigurationError` for an asynchronous client (attaching blocks)."""
+    if getattr(client, "asynchronous", False):
+        raise ConfigurationError("QueuePool.attach blocks: give it a synchronous Client (an asynchronous "
+                                 "one would get coroutines back from its registry calls)")
     entry = registry.registered_pool(client, name)
     if entry is None or "config" not in entry:
         raise PoolClosedError(name, "no open pool of that name is registered on this scheduler "
@@ -355,63 +359,3 @@ def unpickle_pool(spec: ProducerSpec) -> QueuePool:
     handles, missing = _handles_from_refs({q: r for q, r in refs.items() if r is not None}, len(spec.refs),
                                           on_worker=on_worker)
     return build_handle(spec, handles, client, role="task", removed=missing)
-
-
-class PoolSource:
-    """What ``get_pool()`` returns in a consumer's tasks: a task handle per producer tag,
-    made on first use and kept. On a worker (``calls`` and ``loop`` given) the handles call
-    the consumer's own queues; in a child process (no worker) the source opens a Client to
-    the scheduler on first use and attaches by name. Thread-safe."""
-
-    def __init__(self, spec: ProducerSpec, calls: Any = None, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.spec = spec
-        self._calls = calls
-        self._loop = loop
-        self._handles: dict[int, tuple[PoolHandle, frozenset[int] | None]] = {}  # with the queues it saw
-        self._client: Any = None
-        self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return f"<PoolSource {self.spec.name!r}: {'worker' if self._calls is not None else 'child'}>"
-
-    def __call__(self, producer: int) -> PoolHandle:
-        """The task handle of ``producer``; on a worker, made again when the consumer's set of
-        queues changed since (a queue removed, lost or added: it routes to the queues now)."""
-        with self._lock:
-            queues = frozenset(self._calls.queues) if self._calls is not None else None
-            made = self._handles.get(producer)
-            if made is None or made[0].closed or made[1] != queues:
-                made = self._handles[producer] = (self._make(producer), queues)
-            return made[0]
-
-    def _make(self, producer: int) -> PoolHandle:
-        spec = self.spec.with_producer(producer)
-        if self._calls is not None:
-            n = max(len(spec.refs), 1 + max(self._calls.queues, default=-1))  # queues added since count
-            handles = [LoopQueue(self._calls, q, self._loop) for q in range(n)]  # type: ignore[arg-type]
-            missing = {q for q in range(n) if q not in self._calls.queues}
-            return build_handle(spec, handles, None, role="task", removed=missing)
-        return attach_by_name(self._child_client(), spec.name, producer=producer)
-
-    def close(self) -> None:
-        """Forget the handles; close the Client this source opened (a child process's)."""
-        with self._lock:
-            self._handles.clear()
-            client, self._client = self._client, None
-        if client is not None:
-            try:
-                client.close(timeout=2)
-            except Exception as e:  # the process is ending: its connection goes with it
-                logger.debug("%r: closing its client failed: %s", self, e)
-
-    def _child_client(self) -> Any:
-        """This process's own client to the scheduler (a consumer's child has none)."""
-        if self._client is None:
-            if not self.spec.scheduler_address:
-                raise ConfigurationError("get_pool() in a child process needs the scheduler's address; "
-                                         "this consumer was made without it")
-            from distributed import Client
-
-            logger.info("child process: connecting to %s for get_pool()", self.spec.scheduler_address)
-            self._client = Client(self.spec.scheduler_address, set_as_default=True)
-        return self._client

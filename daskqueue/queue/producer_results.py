@@ -18,8 +18,8 @@ from typing import Any, Iterable, Union
 
 from daskqueue.serialize import ResultRecord, TaggedResultRecord
 
-__all__ = ["span_producers", "segment_producers", "split_values", "split_by_producer", "record_producer", "ProducerBook",
-           "PRODUCER_LIVENESS_S"]
+__all__ = ["span_producers", "segment_producers", "split_values", "split_by_producer", "record_producer",
+           "ProducerBook", "PRODUCER_LIVENESS_S"]
 
 logger = logging.getLogger("daskqueue")
 
