@@ -168,3 +168,22 @@ def test_attach_refuses_an_asynchronous_client():
 
     with pytest.raises(ConfigurationError, match="synchronous"):
         attach_by_name(type("AsyncClient", (), {"asynchronous": True})(), "p")
+
+
+@pytest.mark.timeout(10)
+def test_an_attached_handle_stops_routing_to_a_queue_it_finds_removed():
+    import concurrent.futures
+
+    from daskqueue.producers import ProducerSpec
+    from daskqueue.queue.attached import build_handle
+    from daskqueue.queue.config import PoolConfig
+    from daskqueue.queue.table import Pending
+
+    handle = build_handle(ProducerSpec("p", PoolConfig(), None, (None, None), 5), [object(), object()], None,
+                          role="attached")
+    handle.table.refresh = lambda q: (True, None)  # registered; queue 1 no longer listed
+    closed = concurrent.futures.Future()
+    closed.set_exception(QueueClosedError("queue 1 is closed"))
+    with pytest.raises(QueueClosedError, match="removed"):
+        handle.table.answer(1, Pending(closed, object()))
+    assert handle.router.targets == [0] and 1 in handle.table.removed

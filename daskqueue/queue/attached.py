@@ -89,6 +89,7 @@ class HandleTable(QueueTable):
 
     pool_name = ""
     refresh: Any = None
+    on_removed: Any = None  # called with a queue the owner removed: the handle stops using it
 
     def answer(self, q: int, pending: Pending, deadline: float | None = None) -> Any:
         try:
@@ -108,6 +109,8 @@ class HandleTable(QueueTable):
             except Exception as e:  # the registry is for finding pools: say what is likeliest
                 logger.debug("queue %d: registry not read: %s", q, e)
         if registered:
+            if self.on_removed is not None:
+                self.on_removed(q)
             return QueueClosedError(f"queue {q} of pool {self.pool_name!r} was removed by its owner "
                                     "(the pool is open): nothing more goes to that queue")
         return PoolClosedError(self.pool_name)
@@ -232,6 +235,15 @@ class PoolHandle(QueuePool):
                     logger.debug("%r: queue %d did not forget producer %d: %s", self, q, self.producer, e)
         logger.info("%r closed (the pool stays open)", self)
 
+    def forget_queue(self, q: int) -> None:
+        """The owner removed queue ``q``: route nothing more there, poll it no more."""
+        self.table.removed.add(q)
+        self.collector.removed.add(q)
+        rest = [i for i in self.router.targets if i != q]
+        if rest and rest != self.router.targets:
+            self.router.route_to(rest)
+            logger.info("%r: queue %d was removed by the pool's owner; routing to %s", self, q, rest)
+
     def _check_open(self) -> None:
         if self._closed:
             raise QueueClosedError(f"{self!r} is closed")
@@ -256,6 +268,7 @@ def build_handle(spec: ProducerSpec, handles: list[Any], client: Any, *, role: s
     pool.sender = Sender(table, pool.router, pool.collector, producer=spec.producer)
     outcomes = ReadsNothing if role == "task" else Outcomes
     pool.outcomes = outcomes(pool.collector, table, consumers_running=pool.has_running_consumers)
+    table.on_removed = pool.forget_queue
     logger.debug("%r made", pool)
     return pool
 
