@@ -317,7 +317,9 @@ def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> Po
         raise PoolClosedError(name, "no open pool of that name is registered on this scheduler "
                                     "(daskqueue stats lists them)")
     refs = {int(i): ref for i, ref in (entry.get("queues") or {}).items()}
-    handles, missing = _handles_from_refs(refs, int(entry["n_queues"]), on_worker=False)
+    # By index: a removed queue's index stays taken, so the slots run to the highest index.
+    n = max(int(entry["n_queues"]), 1 + max(refs, default=-1))
+    handles, missing = _handles_from_refs(refs, n, on_worker=False)
     spec = ProducerSpec(name, PoolConfig(**entry["config"]), entry.get("time_limit_s"), tuple(refs.get(q) for q in
                         range(len(handles))), new_producer_tag() if producer is None else producer,
                         client.scheduler.address)

@@ -59,8 +59,10 @@ class Producing:
 
     def producer_spec(self) -> ProducerSpec:
         """What a handle on this pool is rebuilt from elsewhere (what pickling it carries)."""
-        refs: list[Any] = [None] * self.n_queues  # type: ignore[attr-defined]
-        for q, handle in self.serving().items():  # type: ignore[attr-defined]
+        serving = self.serving()  # type: ignore[attr-defined]
+        # By index: a removed queue's index stays taken (a pool of queues 1 and 2 has 3 slots).
+        refs: list[Any] = [None] * max(self.n_queues, 1 + max(serving, default=-1))  # type: ignore[attr-defined]
+        for q, handle in serving.items():
             refs[q] = registry.actor_ref(handle)
         client = self.client
         address = client.scheduler.address if client is not None and client.scheduler is not None else None
