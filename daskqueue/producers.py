@@ -39,22 +39,33 @@ from daskqueue.errors import ConfigurationError
 if TYPE_CHECKING:
     from daskqueue.queue.pool import QueuePool
 
-__all__ = ["ProducerSpec", "get_pool", "new_producer_tag", "running_in", "set_producer", "current_source",
-           "ClassOrInstanceMethod", "OWNER"]
+__all__ = ["ProducerSpec", "get_pool", "new_producer_tag", "new_map_tag", "MAP_TAG", "running_in", "set_producer",
+           "current_source", "ClassOrInstanceMethod", "OWNER"]
 
 logger = logging.getLogger("daskqueue")
 
 #: The producer tag of a pool's owner.
 OWNER = 0
 
-#: Attached producers' tags are drawn from 1 .. 2**32 - 1 (a CHUNK header holds a u32).
-_TAG_LIMIT = 1 << 32
+#: Attached producers' tags are drawn from 1 .. 2**31 - 1 (a CHUNK header holds a u32; the
+#: top bit marks the tag of a ``map`` inside a task, :func:`new_map_tag`).
+_TAG_LIMIT = 1 << 31
+
+#: The bit of a tag that reads the outcomes of a ``map`` called inside a task.
+MAP_TAG = 1 << 31
 
 
 def new_producer_tag() -> int:
     """A fresh producer tag for an attached handle (random: no coordination needed; two
-    handles attached at once share one with odds of about 1 in 4 billion)."""
+    handles attached at once share one with odds of about 1 in 2 billion)."""
     return 1 + secrets.randbelow(_TAG_LIMIT - 1)
+
+
+def new_map_tag() -> int:
+    """A fresh tag for the handle of a ``map`` inside a task: only that map reads its
+    outcomes, and the handle closes when the map returns, so tasks run by it cannot enqueue
+    follow-ups through ``get_pool()`` (no one would read theirs; see :func:`get_pool`)."""
+    return MAP_TAG | new_producer_tag()
 
 
 @dataclass(frozen=True)
@@ -130,11 +141,21 @@ def get_pool() -> QueuePool:
     too. A follow-up put that cannot be stored raises in the task (so the task fails, and
     is retried), never silently.
 
-    Raises :class:`ConfigurationError` outside a running message.
+    Raises :class:`ConfigurationError` outside a running message, and in a task started by
+    ``map`` called inside another task: that map's handle reads the outcomes of what it
+    maps and closes when the map returns, so the outcomes of follow-ups such a task enqueued
+    would be read by no one (the ids it returned up the chain would never resolve). Pass the
+    pool to the mapped function as an argument instead (its follow-ups are then read by the
+    producer that pickled it), or use ``submit``/``batch_submit`` in the outer task.
     """
     source = getattr(_context, "source", None)
     if source is None:
         raise ConfigurationError("daskqueue.get_pool() is for code running inside a daskqueue task or "
                                  "process_item; elsewhere use the QueuePool itself, or "
                                  "QueuePool.attach(client, name)")
-    return source(getattr(_context, "producer", OWNER))
+    producer = getattr(_context, "producer", OWNER)
+    if producer & MAP_TAG:
+        raise ConfigurationError("daskqueue.get_pool() in a task started by map() inside another task: no one "
+                                 "would read its follow-ups' outcomes (the map's handle closes when the map "
+                                 "returns); pass the pool to the mapped function as an argument instead")
+    return source(producer)

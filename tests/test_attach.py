@@ -119,3 +119,71 @@ def test_an_attached_producer_gets_its_own_outcomes_from_early_acking_consumers_
     cp.join(timeout=30)
     assert sorted(cp.results().items()) == sorted((i, 2 * k) for k, i in enumerate(ids))
     attached.close()
+
+
+@pytest.mark.timeout(10)
+def test_a_closed_queue_of_a_pool_still_registered_is_a_removed_queue_not_a_closed_pool():
+    import concurrent.futures
+
+    from daskqueue.queue.attached import HandleTable
+    from daskqueue.queue.table import Pending
+
+    def closed_call():
+        f = concurrent.futures.Future()
+        f.set_exception(QueueClosedError("queue 1 is closed"))
+        return Pending(f, object())
+
+    table = HandleTable("transient", [object(), object()], [None, None], scheduler_lost=lambda: None,
+                        settled=lambda q: 0)
+    table.pool_name = "p"
+    table.refresh = lambda q: (True, None)  # the owner's pool is registered; queue 1 is not listed
+    with pytest.raises(QueueClosedError, match="removed") as caught:
+        table.answer(1, closed_call())
+    assert not isinstance(caught.value, PoolClosedError)
+    table.refresh = lambda q: (False, None)  # the pool is gone from the registry
+    with pytest.raises(PoolClosedError):
+        table.answer(1, closed_call())
+
+
+@pytest.mark.timeout(60)
+def test_a_pool_of_an_asynchronous_client_pickles_in_its_event_loop(client):
+    import asyncio
+
+    from distributed import Client
+
+    async def main():
+        async with Client(client.scheduler.address, asynchronous=True) as aclient:
+            qp = await QueuePool(aclient, 1)
+            try:
+                return pickle.dumps(qp)  # what await aclient.submit(f, qp) does
+            finally:
+                await qp.close_async()
+
+    assert len(asyncio.run(main())) > 0
+
+
+@pytest.mark.timeout(10)
+def test_attach_refuses_an_asynchronous_client():
+    from daskqueue.queue.attached import attach_by_name
+
+    with pytest.raises(ConfigurationError, match="synchronous"):
+        attach_by_name(type("AsyncClient", (), {"asynchronous": True})(), "p")
+
+
+@pytest.mark.timeout(10)
+def test_an_attached_handle_stops_routing_to_a_queue_it_finds_removed():
+    import concurrent.futures
+
+    from daskqueue.producers import ProducerSpec
+    from daskqueue.queue.attached import build_handle
+    from daskqueue.queue.config import PoolConfig
+    from daskqueue.queue.table import Pending
+
+    handle = build_handle(ProducerSpec("p", PoolConfig(), None, (None, None), 5), [object(), object()], None,
+                          role="attached")
+    handle.table.refresh = lambda q: (True, None)  # registered; queue 1 no longer listed
+    closed = concurrent.futures.Future()
+    closed.set_exception(QueueClosedError("queue 1 is closed"))
+    with pytest.raises(QueueClosedError, match="removed"):
+        handle.table.answer(1, Pending(closed, object()))
+    assert handle.router.targets == [0] and 1 in handle.table.removed

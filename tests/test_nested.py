@@ -170,3 +170,74 @@ def test_process_item_of_a_custom_consumer_enqueues_raw_items_through_get_pool(p
     cp.join(timeout=45)
     words = sorted(v for v in cp.results().values() if isinstance(v, str))
     assert words == ["W1-0", "W1-1", "W2-0", "W2-1"]
+
+
+@pytest.mark.timeout(10)
+def test_a_task_started_by_map_inside_a_task_cannot_enqueue_through_get_pool():
+    # Its follow-ups would be tagged with the map's own tag, whose handle closes when the
+    # map returns: their outcomes would be read by no one. Refused, typed.
+    from daskqueue import producers
+    from daskqueue.errors import ConfigurationError
+
+    producers.running_in(lambda tag: ("handle", tag))
+    try:
+        producers.set_producer(7)
+        assert producers.get_pool() == ("handle", 7)  # an attached producer's task: fine
+        producers.set_producer(producers.new_map_tag())
+        with pytest.raises(ConfigurationError, match="map"):
+            producers.get_pool()
+    finally:
+        producers.running_in(None)
+    assert all(0 < producers.new_producer_tag() < producers.MAP_TAG for _ in range(100))
+
+
+@pytest.mark.timeout(10)
+def test_a_consumers_cached_task_handle_is_made_again_when_its_queues_change():
+    # A handle kept from before a queue was removed would still route to it (QueueLostError
+    # on every attempt of the parent task, until it is dead-lettered).
+    import asyncio
+
+    from daskqueue.producers import ProducerSpec
+    from daskqueue.consumer.task_pools import PoolSource
+    from daskqueue.queue.config import PoolConfig
+
+    calls = type("Calls", (), {})()
+    calls.queues = {0: object(), 1: object()}
+    loop = asyncio.new_event_loop()
+    try:
+        source = PoolSource(ProducerSpec("p", PoolConfig(), None, (None, None)), calls, loop)
+        first = source(0)
+        assert source(0) is first and first.router.targets == [0, 1]
+        del calls.queues[1]  # the owner removed queue 1 (or it was lost)
+        again = source(0)
+        assert again is not first and again.router.targets == [0]
+    finally:
+        loop.close()
+
+
+@pytest.mark.timeout(10)
+def test_a_consumer_makes_one_source_of_task_handles_and_closes_its_client():
+    import threading
+
+    from daskqueue.consumer.task_pools import TaskPools
+    from daskqueue.producers import ProducerSpec
+    from daskqueue.queue.config import PoolConfig
+
+    pools = TaskPools(ProducerSpec("p", PoolConfig(), None, (None,)))
+    start, got = threading.Barrier(8), []
+
+    def first_batch():
+        start.wait()
+        got.append(pools.source(None, None))  # a child's twin: no loop
+
+    threads = [threading.Thread(target=first_batch) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(s) for s in got}) == 1
+    closed = []
+    got[0]._client = type("C", (), {"close": lambda self, timeout: closed.append(timeout)})()
+    pools.close()
+    assert closed and pools.source(None, None) is not got[0]
+    assert TaskPools(None).source(None, None) is None

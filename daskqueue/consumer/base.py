@@ -33,9 +33,11 @@ from daskqueue.consumer.limits import run_limited
 from daskqueue.consumer.running import RunSlots, SlotConfig
 from daskqueue.consumer.settling import Settler
 from daskqueue.consumer.sizer import BatchSizer
+from daskqueue.consumer.task_pools import TaskPools
 from daskqueue.lru import LRU
 from daskqueue.messages import Kind, Message, Task, error_from_exception, make_id
 from daskqueue.queue.handles import bind_local, queue_identity, released_actor
+from daskqueue.queue.producer_results import segment_producers
 from daskqueue.serialize import Segment, loads
 
 __all__ = ["ConsumerBase", "ConsumerStats", "Batch", "Outcome", "DURATION_BUCKETS_S", "Isolation"]
@@ -108,10 +110,7 @@ class ConsumerBase:
         self._running = threading.local()  # .funcs: the pickles of the batch this thread runs
         self._isolation = isolation
         self._child_spec = child_spec  # builds this consumer's twin in a child process
-        # What daskqueue.get_pool() inside a task gives (a ProducerSpec of the queue pool);
-        # the source of handles is made on the first batch (see daskqueue.queue.attached).
-        self._pool_spec = pool_spec
-        self._pool_source: Any = None
+        self._task_pools = TaskPools(pool_spec)  # what daskqueue.get_pool() in a task gives
         self._loop: asyncio.AbstractEventLoop | None = None  # the worker's, once started
         self._lifecycle: asyncio.Lock | None = None
         self._orphan_close: asyncio.Task[None] | None = None
@@ -233,6 +232,7 @@ class ConsumerBase:
     async def _close(self) -> None:
         await self._stop()
         self._slots.shutdown()
+        self.close_task_pools()
         if self._slots.process is not None:
             await self._slots.process.close()
             self._slots.process = None
@@ -340,17 +340,17 @@ class ConsumerBase:
         finally:
             self._running.funcs = None
             producers.running_in(None)
+        outcome.producers = segment_producers(batch.segments)  # results are cut by producer
         return outcome, time.perf_counter() - started
 
     def _pool_handles(self) -> Any:
         """Where ``daskqueue.get_pool()`` gets its handles in this consumer's tasks (None if
         the consumer was made without its pool's spec)."""
-        if self._pool_source is None and self._pool_spec is not None:
-            from daskqueue.queue.attached import PoolSource
+        return self._task_pools.source(self._calls, self._loop)
 
-            calls = self._calls if self._loop is not None else None  # a child's twin has no loop
-            self._pool_source = PoolSource(self._pool_spec, calls, self._loop)
-        return self._pool_source
+    def close_task_pools(self) -> None:
+        """Close what ``get_pool()`` in this consumer's tasks opened (a child's own Client)."""
+        self._task_pools.close()
 
     def run_batch(self, batch: Batch) -> Outcome:
         """Run every message of ``batch`` through ``process_item``, stopping early on ``stop``."""

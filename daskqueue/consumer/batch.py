@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskqueue.messages import error_from_exception
+from daskqueue.queue.producer_results import split_values
 from daskqueue.serialize import Segment, dumps
 
 __all__ = ["Batch", "Outcome", "dump_results"]
@@ -40,19 +41,24 @@ class Outcome:
     errors: dict[int, bytes]
     fatal: set[int]
     results: list[Any]
-    results_blob: bytes | None = None
+    #: The pickled results: one list, or one list per producer tag when the batch's segments
+    #: came from several producers (``producers``; the queue never unpickles results to cut them).
+    results_blob: bytes | dict[int, bytes] | None = None
+    #: ``(producer, count)`` per segment when they differ (:func:`segment_producers`), else None.
+    producers: list[tuple[int, int]] | None = None
 
 
-def dump_results(outcome: Outcome) -> bytes:
+def dump_results(outcome: Outcome) -> bytes | dict[int, bytes]:
     """Pickle the results (once: the blob is kept in ``outcome.results_blob``); one that
     cannot be pickled becomes that message's error, fatal (pickling it again fails again).
+    Results of several producers (``outcome.producers``) are pickled as one list each.
 
     Runs user code (``__reduce__``) and may take long for large results: call it on the
     thread that ran the batch, never on the event loop."""
     if outcome.results_blob is not None:
         return outcome.results_blob
     try:
-        blob = dumps(outcome.results)
+        blob = _dump(outcome)
     except Exception:
         for pos, value in enumerate(outcome.results):
             try:
@@ -61,6 +67,12 @@ def dump_results(outcome: Outcome) -> bytes:
                 outcome.errors[pos] = error_from_exception(e)
                 outcome.fatal.add(pos)
                 outcome.results[pos] = None
-        blob = dumps(outcome.results)
+        blob = _dump(outcome)
     outcome.results_blob = blob
     return blob
+
+
+def _dump(outcome: Outcome) -> bytes | dict[int, bytes]:
+    if outcome.producers is None:
+        return dumps(outcome.results)
+    return {p: dumps(values) for p, values in split_values(outcome.results, outcome.producers).items()}

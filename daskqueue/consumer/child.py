@@ -129,6 +129,7 @@ def main() -> None:
     while True:
         msg = read_frame(stdin)
         if msg is None:
+            consumer.close_task_pools()  # its Client to the scheduler, if get_pool() opened one
             os._exit(0)  # the parent is gone: nobody will read what running items would give
         if msg[0] == "halt":
             consumer._halt_items = msg[1]

@@ -67,15 +67,16 @@ class Settler:
 
     async def record(self, batch: Batch, outcome: Outcome) -> None:
         """The outcomes of an early-acked ``batch`` that ran."""
-        ranges = []
+        ranges, producers = [], []
         left = outcome.done
         for seg in batch.segments:
             if left <= 0:
                 break
             ranges.append((seg.first_seq, min(seg.count, left)))
+            producers.append(seg.producer)  # whose outcomes: the queue keeps no note of it
             left -= seg.count
         await self._calls.call_moving(batch.queue_slot, "record_outcomes", ranges, outcome.errors,
-                                      dump_results(outcome), self.index)
+                                      dump_results(outcome), self.index, producers)
         self._counters.count(outcome.done, len(outcome.errors))
 
     async def extend_forever(self) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 from daskqueue import defaults, registry
 from daskqueue.errors import ConfigurationError, PoolClosedError, QueueClosedError, QueueLostError
 from daskqueue.outcomes import Outcomes
-from daskqueue.producers import OWNER, ProducerSpec, new_producer_tag
+from daskqueue.producers import OWNER, ProducerSpec, new_map_tag, new_producer_tag
 from daskqueue.queue.config import PoolConfig
 from daskqueue.queue.handles import WorkerActor
 from daskqueue.queue.pool import QueuePool
@@ -36,7 +36,7 @@ from daskqueue.queue.sending import Sender
 from daskqueue.queue.table import Pending, QueueTable
 from daskqueue.results import ResultCollector
 
-__all__ = ["PoolHandle", "PoolSource", "LoopQueue", "attach_by_name", "unpickle_pool"]
+__all__ = ["PoolHandle", "LoopQueue", "attach_by_name", "build_handle", "unpickle_pool"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -89,12 +89,31 @@ class HandleTable(QueueTable):
 
     pool_name = ""
     refresh: Any = None
+    on_removed: Any = None  # called with a queue the owner removed: the handle stops using it
 
     def answer(self, q: int, pending: Pending, deadline: float | None = None) -> Any:
         try:
             return super().answer(q, pending, deadline)
+        except PoolClosedError:
+            raise
         except QueueClosedError as e:
-            raise PoolClosedError(self.pool_name) from e
+            raise self._closed_error(q) from e
+
+    def _closed_error(self, q: int) -> QueueClosedError:
+        """Queue ``q`` answered that it is closed: the pool was closed, or (the pool still
+        registered) its owner took that queue out of the pool (``remove_queue``)."""
+        registered = False
+        if self.refresh is not None:
+            try:
+                registered, _ = self.refresh(q)
+            except Exception as e:  # the registry is for finding pools: say what is likeliest
+                logger.debug("queue %d: registry not read: %s", q, e)
+        if registered:
+            if self.on_removed is not None:
+                self.on_removed(q)
+            return QueueClosedError(f"queue {q} of pool {self.pool_name!r} was removed by its owner "
+                                    "(the pool is open): nothing more goes to that queue")
+        return PoolClosedError(self.pool_name)
 
     def await_move(self, q: int, handle: Any) -> None:
         """Wait (bounded) until the registry names another actor for queue ``q`` (a task
@@ -190,11 +209,13 @@ class PoolHandle(QueuePool):
 
     def map(self, func: Any, iterable: Any, **kwargs: Any) -> list[Any]:  # type: ignore[override]
         """:meth:`QueuePool.map`; on a task handle, through a sibling handle with a fresh
-        producer tag (its outcomes are its own), closed after."""
+        map tag (its outcomes are its own), closed after. The tasks it runs cannot enqueue
+        follow-ups through ``get_pool()`` (:func:`daskqueue.producers.get_pool` says why)."""
         if self._role != "task":
             return super().map(func, iterable, **kwargs)
-        sibling = build_handle(self.spec.with_producer(new_producer_tag()), self.table.handles, self.client,
+        sibling = build_handle(self.spec.with_producer(new_map_tag()), self.table.handles, self.client,
                                role="map", removed=self.table.removed)
+        sibling.table.refresh = self.table.refresh  # it follows moves and lost queues as this one does
         try:
             return sibling.map(func, iterable, **kwargs)
         finally:
@@ -213,6 +234,15 @@ class PoolHandle(QueuePool):
                 except Exception as e:  # best effort: its records then wait in the queue
                     logger.debug("%r: queue %d did not forget producer %d: %s", self, q, self.producer, e)
         logger.info("%r closed (the pool stays open)", self)
+
+    def forget_queue(self, q: int) -> None:
+        """The owner removed queue ``q``: route nothing more there, poll it no more."""
+        self.table.removed.add(q)
+        self.collector.removed.add(q)
+        rest = [i for i in self.router.targets if i != q]
+        if rest and rest != self.router.targets:
+            self.router.route_to(rest)
+            logger.info("%r: queue %d was removed by the pool's owner; routing to %s", self, q, rest)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -238,6 +268,7 @@ def build_handle(spec: ProducerSpec, handles: list[Any], client: Any, *, role: s
     pool.sender = Sender(table, pool.router, pool.collector, producer=spec.producer)
     outcomes = ReadsNothing if role == "task" else Outcomes
     pool.outcomes = outcomes(pool.collector, table, consumers_running=pool.has_running_consumers)
+    table.on_removed = pool.forget_queue
     logger.debug("%r made", pool)
     return pool
 
@@ -277,15 +308,18 @@ class _NoQueue:
 def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> PoolHandle:
     """A handle on the pool registered as ``name`` on ``client``'s scheduler, for a fresh
     producer tag (or ``producer``). Raises :class:`PoolClosedError` if no open pool has
-    that name."""
+    that name, :class:`ConfigurationError` for an asynchronous client (attaching blocks)."""
+    if getattr(client, "asynchronous", False):
+        raise ConfigurationError("QueuePool.attach blocks: give it a synchronous Client (an asynchronous "
+                                 "one would get coroutines back from its registry calls)")
     entry = registry.registered_pool(client, name)
     if entry is None or "config" not in entry:
         raise PoolClosedError(name, "no open pool of that name is registered on this scheduler "
                                     "(daskqueue stats lists them)")
     refs = {int(i): ref for i, ref in (entry.get("queues") or {}).items()}
-    # Removed queues' indices are not reused: the index space can outgrow n_queues.
-    handles, missing = _handles_from_refs(refs, max(int(entry["n_queues"]), 1 + max(refs, default=-1)),
-                                          on_worker=False)
+    # By index: a removed queue's index stays taken, so the slots run to the highest index.
+    n = max(int(entry["n_queues"]), 1 + max(refs, default=-1))
+    handles, missing = _handles_from_refs(refs, n, on_worker=False)
     spec = ProducerSpec(name, PoolConfig(**entry["config"]), entry.get("time_limit_s"), tuple(refs.get(q) for q in
                         range(len(handles))), new_producer_tag() if producer is None else producer,
                         client.scheduler.address)
@@ -340,49 +374,3 @@ def unpickle_pool(spec: ProducerSpec) -> QueuePool:
     handles, missing = _handles_from_refs({q: r for q, r in refs.items() if r is not None}, len(spec.refs),
                                           on_worker=on_worker)
     return build_handle(spec, handles, client, role="task", removed=missing)
-
-
-class PoolSource:
-    """What ``get_pool()`` returns in a consumer's tasks: a task handle per producer tag,
-    made on first use and kept. On a worker (``calls`` and ``loop`` given) the handles call
-    the consumer's own queues; in a child process (no worker) the source opens a Client to
-    the scheduler on first use and attaches by name. Thread-safe."""
-
-    def __init__(self, spec: ProducerSpec, calls: Any = None, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.spec = spec
-        self._calls = calls
-        self._loop = loop
-        self._handles: dict[int, PoolHandle] = {}
-        self._client: Any = None
-        self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return f"<PoolSource {self.spec.name!r}: {'worker' if self._calls is not None else 'child'}>"
-
-    def __call__(self, producer: int) -> PoolHandle:
-        with self._lock:
-            handle = self._handles.get(producer)
-            if handle is None or handle.closed:
-                handle = self._handles[producer] = self._make(producer)
-            return handle
-
-    def _make(self, producer: int) -> PoolHandle:
-        spec = self.spec.with_producer(producer)
-        if self._calls is not None:
-            n = max(len(spec.refs), 1 + max(self._calls.queues, default=-1))  # queues added since count
-            handles = [LoopQueue(self._calls, q, self._loop) for q in range(n)]  # type: ignore[arg-type]
-            missing = {q for q in range(n) if q not in self._calls.queues}
-            return build_handle(spec, handles, None, role="task", removed=missing)
-        return attach_by_name(self._child_client(), spec.name, producer=producer)
-
-    def _child_client(self) -> Any:
-        """This process's own client to the scheduler (a consumer's child has none)."""
-        if self._client is None:
-            if not self.spec.scheduler_address:
-                raise ConfigurationError("get_pool() in a child process needs the scheduler's address; "
-                                         "this consumer was made without it")
-            from distributed import Client
-
-            logger.info("child process: connecting to %s for get_pool()", self.spec.scheduler_address)
-            self._client = Client(self.spec.scheduler_address, set_as_default=True)
-        return self._client

@@ -62,7 +62,7 @@ from daskqueue.queue.peer_state import WORK_ANNOUNCE_S
 from daskqueue.queue.peers import PeersMixin
 from daskqueue.queue.policy import FIFO, TypePolicy
 from daskqueue.queue.sweeper import LOAD_REPORT_S, SweeperMixin
-from daskqueue.queue.producer_results import EarlyProducers, span_producers, split_by_producer
+from daskqueue.queue.producer_results import span_producers
 from daskqueue.serialize import ResultRecord, decode_put, decode_settle
 
 __all__ = ["QueueActorBase", "QueueStats", "ChunkPayload", "TOKENS_KEPT", "detach_payload",
@@ -153,7 +153,6 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         self._init_peers()
         self._init_moving()
         self._init_outbox()
-        self._early_producers = EarlyProducers()  # producers of early-acked spans, see record_outcomes
         self._init_handoff()
 
     def __repr__(self) -> str:
@@ -233,6 +232,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         funcs, groups = decode_put(blob)
         if producer:
             groups = [g if g.producer else dataclasses.replace(g, producer=producer) for g in groups]
+            self._hear_producer(producer)
         if token is not None and token in self._tokens:
             return ranges_of(self._tokens[token], groups)
         new_funcs, unknown = self._funcs.to_store({g.digest for g in groups if g.digest is not None}, funcs)
@@ -305,10 +305,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         if results is not None and done:
             ranges = ran_ranges(lease, done)
             record = ResultRecord(self.index, ranges, sorted(errors), results, None, consumer)
-            for piece in split_by_producer(record, span_producers(lease.spans, len(ranges))):
-                self._add_result(piece)
-        elif done:  # acked early: its outcomes come by record_outcomes, with bare ranges
-            self._early_producers.note(lease.spans, len(ran_ranges(lease, done)))
+            self._store_record(record, span_producers(lease.spans, len(ranges)))
         self._measure(lease, done, now)
         s = self._core.settle(lease_id, done=done, errors=errors, fatal=fatal, now=now)
         try:
@@ -328,20 +325,6 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         if s.n_released or self._gossip is not None or self._core.keyed_ready:
             self._notify_ready()
         self._notify_outcomes()
-
-    async def record_outcomes(self, ranges: list[tuple[int, int]], errors: dict[int, bytes], results: bytes,
-                              consumer: int | None = None) -> None:
-        """Store the outcomes of early-acked messages (already settled; failures are final)."""
-        if self._paused is not None:  # the gate; see _unpaused
-            await self._unpaused()
-        self._start()
-        record = ResultRecord(self.index, ranges, sorted(errors), results, errors, consumer)
-        for piece in split_by_producer(record, self._early_producers.take(ranges)):
-            self._add_result(piece)
-        try:
-            self._after_change(self._now())
-        finally:  # the results are kept even if storage failed (see DurableQueue)
-            self._notify_outcomes()
 
     # -- inspection and lifecycle ------------------------------------------------------------
 

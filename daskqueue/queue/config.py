@@ -13,7 +13,7 @@ from daskqueue import defaults
 from daskqueue.errors import ConfigurationError
 from daskqueue.messages import MAX_QUEUES
 from daskqueue.queue.policy import Scheduler, TypePolicy
-from daskqueue.segment.format import CHUNK_HEADER, FILE_HEADER, LOG_RECORD_HEADER, PAYLOAD_OFFSET
+from daskqueue.segment.format import CHUNK_HEADER, CHUNK_PRODUCER, FILE_HEADER, LOG_RECORD_HEADER, PAYLOAD_OFFSET
 from daskqueue.validate import check_choice, check_number
 
 __all__ = ["PoolConfig", "Durability", "FsyncPolicy", "CHUNK_RECORD_OVERHEAD", "default_n_queues"]
@@ -23,9 +23,11 @@ FsyncPolicy = Literal["always", "interval", "never"]
 
 #: Bytes of a log segment that a CHUNK record of one message takes besides the message's
 #: payload and the chunk's type and key strings: the segment's file header, the record header,
-#: the chunk header and the message's two payload offsets (``segment/FORMAT.md``).
+#: the chunk header, the producer tag a put of a producer other than the owner carries (counted
+#: always: a client cannot know which producer's put a message's limit is checked for), and the
+#: message's two payload offsets (``segment/FORMAT.md``).
 CHUNK_RECORD_OVERHEAD: int = (
-    FILE_HEADER.size + LOG_RECORD_HEADER.size + CHUNK_HEADER.size + 2 * PAYLOAD_OFFSET.size
+    FILE_HEADER.size + LOG_RECORD_HEADER.size + CHUNK_HEADER.size + CHUNK_PRODUCER.size + 2 * PAYLOAD_OFFSET.size
 )
 
 

@@ -121,6 +121,8 @@ class DurableQueue(RecoveryMixin, CompactionMixin, WritingMixin, QueueActorBase)
             state = pickle.loads(handoff) if handoff is not None else {"leases": [], "fences": {}}
             self._restore(recovered, state["leases"])
             self._core.fences.load(state["fences"])
+            if "producers" in state:  # their cursors and liveness (a reopen has none: see outbox)
+                self._producers.load(state["producers"], self._now())
         except BaseException:
             self._store.close()
             raise
@@ -212,7 +214,7 @@ class DurableQueue(RecoveryMixin, CompactionMixin, WritingMixin, QueueActorBase)
              [(s.chunk.base_seq, s.start, s.stop, s.attempts) for s in lease.spans])
             for lease in self._core.leases()
         ]
-        return {"leases": leases, "fences": self._core.fences.snapshot()}
+        return {"leases": leases, "fences": self._core.fences.snapshot(), "producers": self._producers.export(now)}
 
     # -- closing ---------------------------------------------------------------------------------
 

@@ -170,6 +170,7 @@ class HandoffMixin:
             "funcs": self._funcs.export(),  # held and idle: the successor holds them all
             "results": self._results,
             "results_base": self._results_base,
+            "producers": self._producers.export(now),  # their cursors, liveness and forgotten tags
             "tokens": self._tokens,
             "get_calls": self._get_calls,
             "task_s": self._task_s,
@@ -180,6 +181,8 @@ class HandoffMixin:
         self._funcs.load(state["funcs"])
         self._results = state["results"]
         self._results_base = state["results_base"]
+        if "producers" in state:  # a predecessor of an older version had none
+            self._producers.load(state["producers"], self._now())
         self._tokens = state["tokens"]
         self._get_calls = state["get_calls"]
         self._task_s = state["task_s"]

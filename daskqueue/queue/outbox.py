@@ -11,9 +11,18 @@ the records before it. Dead letters live in the core, numbered by ``dead_appende
 Records are kept per producer (see :mod:`daskqueue.queue.producer_results`): each carries the
 tag of the producer handle that reads it, and a fetch names its producer (0: the pool's
 owner) and returns only that producer's records. The numbers stay one sequence for all, and
-each producer has its own cursor (what it has fetched): a record is dropped once its own
-producer's cursor has passed it and every record before it is dropped too. A producer that
-goes away says so (``forget_producer``), or its records wait for it.
+each producer has its own cursor (:class:`ProducerBook`). A record its producer fetched (or
+whose producer is forgotten) is dropped wherever it is: at the front the list shrinks; behind
+a record still wanted it is replaced by an empty record (its bytes freed, its number kept), so
+one producer's unfetched records never hold back another's. A producer that goes away says so
+(``forget_producer``); one that neither puts nor fetches for ``PRODUCER_LIVENESS_S`` is
+forgotten too (never the owner), so a crashed producer's records go after that window.
+
+A hand-off gives the successor the cursors, the liveness ages and the forgotten tags. A
+durable queue journals only the front drops: reopened, it reads the records dropped behind
+the front again. Their producers are then unknown: a record of the owner that it had fetched
+is dropped at its next fetch (its cursor is past it); an attached producer's records are
+kept for one liveness window from the reopen, dropped then unless it fetches them.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from daskqueue.queue.core import Span
 from daskqueue.queue.payload import moved_group
-from daskqueue.queue.producer_results import record_producer
+from daskqueue.queue.producer_results import ProducerBook, record_producer, split_by_producer
 from daskqueue.segment.format import TOKEN_SIZE
 from daskqueue.serialize import PROTOCOL, ResultRecord, encode_put
 
@@ -41,13 +50,13 @@ logger = logging.getLogger("daskqueue")
 
 DeadRow = tuple[int, int, bytes, Any]  # (seq, attempts, error, meta)
 
-#: The cursor of a producer that reads nothing more: past every record number.
-FORGOTTEN = 1 << 62
+_EMPTY = pickle.dumps([], PROTOCOL)
+
 
 
 class OutboxMixin:
-    """Remote methods ``fetch_results``, ``fetch_outcomes``, ``fetch_dead``, ``dead_letters``,
-    ``replay_dead``, ``purge``."""
+    """Remote methods ``record_outcomes``, ``fetch_results``, ``fetch_outcomes``, ``fetch_dead``,
+    ``dead_letters``, ``replay_dead``, ``purge``."""
 
     # Owned by QueueActorBase.
     index: int
@@ -58,7 +67,8 @@ class OutboxMixin:
     def _init_outbox(self) -> None:
         self._results: list[ResultRecord] = []  # records not yet fetched
         self._results_base = 0  # the number (cursor) of self._results[0]
-        self._producer_cursors: dict[int, int] = {}  # producer tag -> first number it has not fetched
+        self._producers = ProducerBook()  # who reads which records, and how far each has read
+        self._noticed = 0  # records numbered below this have had their producer noticed
         self._outcome_event: asyncio.Event | None = None
 
     # -- storage hooks (in memory here) ---------------------------------------------------------
@@ -70,11 +80,41 @@ class OutboxMixin:
         del self._results[:n]
         self._results_base += n
 
+    def _blank_result(self, k: int) -> None:
+        """Free ``self._results[k]`` (not at the front): an empty record keeps its number."""
+        self._results[k] = ResultRecord(self.index, [], [], _EMPTY, None)
+
+    def _hear_producer(self, producer: int) -> None:
+        """Producer ``producer`` put messages: it is alive (see ``PRODUCER_LIVENESS_S``)."""
+        self._producers.hear(producer, self._now())
+
     def _notify_outcomes(self) -> None:
         """Wake ``fetch_outcomes`` waiters: new results or dead letters are here."""
         if self._outcome_event is not None:
             self._outcome_event.set()
             self._outcome_event = asyncio.Event()
+
+    def _store_record(self, record: ResultRecord, producers: list[int]) -> None:
+        """Keep ``record`` as one record per producer (``producers[i]``: the tag of its
+        ``ranges[i]``; the results come cut by the consumer, see ``split_by_producer``)."""
+        for piece in split_by_producer(record, producers):
+            self._add_result(piece)
+
+    async def record_outcomes(self, ranges: list[tuple[int, int]], errors: dict[int, bytes],
+                              results: bytes | dict[int, bytes], consumer: int | None = None,
+                              producers: list[int] | None = None) -> None:
+        """Store the outcomes of early-acked messages (already settled; failures are final).
+        ``producers[i]`` is the producer tag of ``ranges[i]`` (the consumer read it from the
+        delivery; None, from an older consumer: the owner's)."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._start()
+        record = ResultRecord(self.index, ranges, sorted(errors), results, errors, consumer)
+        self._store_record(record, producers or [0] * len(ranges))
+        try:
+            self._after_change(self._now())
+        finally:  # the results are kept even if storage failed (see DurableQueue)
+            self._notify_outcomes()
 
     # -- reading outcomes ---------------------------------------------------------------------
 
@@ -84,8 +124,8 @@ class OutboxMixin:
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
         if producer and not self._handed_off:  # a handed-off queue's records are its successor's
-            self._producer_cursors[producer] = FORGOTTEN
-            self._drop_fetched()
+            self._producers.forget(producer)
+            self._drop_fetched(self._now())
 
     async def fetch_results(self, cursor: int) -> tuple[int, bytes]:
         """Records from ``cursor`` on, and the next cursor; drops the records before ``cursor``.
@@ -103,29 +143,42 @@ class OutboxMixin:
         fetched), and the next cursor."""
         if self._handed_off:  # its results went to the successor, under the same numbers
             self._check_serving()
-        seen = self._producer_cursors
-        if cursor > seen.get(producer, 0):
-            seen[producer] = cursor
-        self._drop_fetched()
+        now = self._now()
+        if self._producers.hear(producer, now):
+            logger.warning("queue %d: producer %d is back after more than %.0f s unheard of; the outcomes "
+                           "it had not fetched were dropped", self.index, producer, self._producers.liveness_s)
+        self._producers.fetched(producer, cursor)
+        self._drop_fetched(now)
         base, results = self._results_base, self._results
         end = base + len(results)
         start = max(0, cursor - base)
         if start == 0 and all(record_producer(r) == producer for r in results):
             mine = results  # one producer (the usual case): no copy
         else:
-            mine = [r for r in results[start:] if record_producer(r) == producer]
+            mine = [r for r in results[start:] if r.ranges and record_producer(r) == producer]
         return end, pickle.dumps(mine, PROTOCOL)
 
-    def _drop_fetched(self) -> None:
-        """Drop the leading records that their own producers have fetched."""
-        seen, base = self._producer_cursors, self._results_base
+    def _drop_fetched(self, now: float) -> None:
+        """Forget producers unheard of too long; drop the records nobody wants any more:
+        the leading ones, and behind them those their producer fetched or that are a
+        forgotten producer's (blanked)."""
+        book, base, results = self._producers, self._results_base, self._results
+        for k in range(max(0, self._noticed - base), len(results)):
+            book.notice(record_producer(results[k]), now)
+        self._noticed = base + len(results)
+        gone = book.expire(now)
+        if gone:
+            logger.warning("queue %d: producers %s unheard of for %.0f s are forgotten with their outcomes",
+                           self.index, gone, book.liveness_s)
         n = 0
-        for record in self._results:
-            if base + n >= seen.get(record_producer(record), 0):
-                break
+        while n < len(results) and not book.wanted(results[n], base + n):
             n += 1
         if n:
             self._drop_results(n)
+        base, results = self._results_base, self._results
+        for k, record in enumerate(results):
+            if record.ranges and not book.wanted(record, base + k):
+                self._blank_result(k)
 
     async def fetch_outcomes(self, cursor: int, dead_cursor: int, wait_s: float = 0.0,
                              producer: int = 0) -> tuple[int, bytes, int, list[DeadRow]]:

@@ -13,7 +13,7 @@ from typing import Any
 from distributed import Client
 
 from daskqueue import registry
-from daskqueue.errors import ConfigurationError
+from daskqueue.errors import ConfigurationError, QueueClosedError
 from daskqueue.producers import ClassOrInstanceMethod, ProducerSpec
 from daskqueue.validate import check_optional_str
 
@@ -60,7 +60,7 @@ class Producing:
     def producer_spec(self) -> ProducerSpec:
         """What a handle on this pool is rebuilt from elsewhere (what pickling it carries)."""
         serving = self.serving()  # type: ignore[attr-defined]
-        # Indices of removed queues are not reused: the index space can outgrow n_queues.
+        # By index: a removed queue's index stays taken (a pool of queues 1 and 2 has 3 slots).
         refs: list[Any] = [None] * max(self.n_queues, 1 + max(serving, default=-1))  # type: ignore[attr-defined]
         for q, handle in serving.items():
             refs[q] = registry.actor_ref(handle)
@@ -76,5 +76,10 @@ class Producing:
         tag, so the outcomes of what the task submits are read here."""
         from daskqueue.queue.attached import unpickle_pool
 
-        self._check_open()  # type: ignore[attr-defined]
+        # Only "closed": pickling blocks on nothing, so it is fine in an asynchronous
+        # client's event loop (await client.submit(f, queue_pool)).
+        if getattr(self, "_opening", None) is not None:
+            raise ConfigurationError(f"{self!r} was made with an asynchronous client: await it first")
+        if getattr(self, "_closed", False):
+            raise QueueClosedError(f"{self!r} is closed")
         return (unpickle_pool, (self.producer_spec(),))

@@ -4,25 +4,28 @@ Every put carries a producer tag (0: the pool's owner; an attached handle's own 
 follow-up enqueued from inside a task carries its parent's tag, see :mod:`daskqueue.producers`).
 The tag rides on the chunk's meta, so a settle knows whose outcomes it stores: a lease whose
 spans come from puts of several producers gives one result record per producer, and each
-producer's fetches return only its own records (:mod:`daskqueue.queue.outbox`).
+producer's fetches return only its own records (:mod:`daskqueue.queue.outbox`). The
+consumer cuts the results by producer where they are still values (:func:`split_values`),
+so the queue never unpickles a user's result.
 
-Pure functions and one small bounded table: no Dask, no clock, no I/O.
+Pure functions and a bookkeeping class: no Dask, no clock, no I/O.
 """
 
 from __future__ import annotations
 
-import pickle
-from collections import OrderedDict
-from typing import Any, Iterable
+import logging
+from typing import Any, Iterable, Union
 
-from daskqueue.serialize import PROTOCOL, ResultRecord, TaggedResultRecord
+from daskqueue.serialize import ResultRecord, TaggedResultRecord
 
-__all__ = ["span_producers", "split_by_producer", "EarlyProducers", "record_producer"]
+__all__ = ["span_producers", "segment_producers", "split_values", "split_by_producer", "record_producer",
+           "ProducerBook", "PRODUCER_LIVENESS_S"]
 
-#: How many early-acked spans of non-owner producers a queue remembers until their outcomes
-#: arrive (``record_outcomes``); an outcome never recorded (its consumer died) is forgotten
-#: oldest first beyond this.
-EARLY_SPANS_KEPT = 100_000
+logger = logging.getLogger("daskqueue")
+
+#: A results field of a settle or ``record_outcomes``: one pickled list for all the ranges,
+#: or (ranges of several producers) one pickled list per producer tag, cut by the consumer.
+Results = Union[bytes, dict[int, bytes]]
 
 
 def record_producer(record: Any) -> int:
@@ -40,61 +43,137 @@ def span_producers(spans: Iterable[Any], n: int) -> list[int]:
     return out
 
 
+def segment_producers(segments: Iterable[Any]) -> list[tuple[int, int]] | None:
+    """``(producer, count)`` of each segment of a delivery, or None if they all have one
+    producer (the usual case: the results stay one list)."""
+    pairs = [(getattr(seg, "producer", 0) or 0, seg.count) for seg in segments]
+    if len({p for p, _ in pairs}) <= 1:
+        return None
+    return pairs
+
+
+def split_values(values: list[Any], producers: list[tuple[int, int]]) -> dict[int, list[Any]]:
+    """``values`` (one per message that ran, in delivery order; fewer than the delivery's
+    messages when a batch stopped early) cut by producer: ``producers`` is
+    :func:`segment_producers`. Runs in the consumer, where the results are still values."""
+    by: dict[int, list[Any]] = {}
+    pos = 0
+    for producer, count in producers:
+        if pos >= len(values):
+            break
+        by.setdefault(producer, []).extend(values[pos : pos + count])
+        pos += count
+    return by
+
+
 def split_by_producer(record: ResultRecord, producers: list[int]) -> list[ResultRecord | TaggedResultRecord]:
     """``record`` as one record per producer: ``producers[i]`` is the tag of ``record.ranges[i]``.
 
-    The usual case, one producer, costs nothing (the record is returned with its tag). Mixed
-    producers need the results list unpickled to be cut; if it cannot be unpickled here, the
-    whole record goes to the first range's producer (logged by the caller), so no outcome is
-    dropped, though another producer may then wait for its own in vain.
+    Never unpickles a result (that is user code, and this runs on the queue's event loop):
+    ``record.results`` of ranges of several producers is the consumer's cut, a dict of one
+    pickled list per producer (:func:`split_values`). A single blob for mixed producers (a
+    consumer that could not cut it) goes whole to the first range's producer, logged: no
+    outcome is dropped, though another producer then waits for its own in vain.
     """
     first = producers[0] if producers else 0
-    if all(p == first for p in producers):
-        return [record.tagged(first)]
-    values = pickle.loads(record.results)
+    results = record.results
+    if all(p == first for p in producers) or not isinstance(results, dict):
+        if isinstance(results, dict):  # one producer's cut
+            results = results.get(first, next(iter(results.values()), b""))
+        elif not all(p == first for p in producers):
+            logger.warning("queue %d: results of %d producers' messages came as one list; "
+                           "all go to producer %d", record.queue, len(set(producers)), first)
+        return [record._replace(results=results).tagged(first)]
     failed, finals = set(record.failed), record.final_errors or {}
-    by: dict[int, tuple[list[tuple[int, int]], list[int], list[Any], dict[int, bytes]]] = {}
+    by: dict[int, tuple[list[tuple[int, int]], list[int], dict[int, bytes], list[int]]] = {}
     pos = 0
     for (seq, count), producer in zip(record.ranges, producers):
-        ranges, fails, vals, errs = by.setdefault(producer, ([], [], [], {}))
+        ranges, fails, errs, n = by.setdefault(producer, ([], [], {}, [0]))
         ranges.append((seq, count))
         for k in range(pos, pos + count):
             if k in failed:
-                fails.append(len(vals))
+                fails.append(n[0])
             if k in finals:
-                errs[len(vals)] = finals[k]
-            vals.append(values[k])
+                errs[n[0]] = finals[k]
+            n[0] += 1
         pos += count
-    return [ResultRecord(record.queue, ranges, fails, pickle.dumps(vals, PROTOCOL),
+    return [ResultRecord(record.queue, ranges, fails, results.get(producer, b""),
                          (errs or None) if record.final_errors is not None else None, record.consumer).tagged(producer)
-            for producer, (ranges, fails, vals, errs) in by.items()]
+            for producer, (ranges, fails, errs, _) in by.items()]
 
 
-class EarlyProducers:
-    """The producers of early-acked spans whose outcomes are still to come.
+#: An attached producer neither putting nor fetching for this long is gone (a crashed
+#: process, a killed task's handle): its records are dropped. Renewed by each put and fetch;
+#: the owner (tag 0) never expires. Minutes: far above a collector's long-poll period.
+PRODUCER_LIVENESS_S = 600.0
 
-    An early-acked lease is settled before it runs; its outcomes arrive later by
-    ``record_outcomes`` with bare ``(first_seq, count)`` ranges. Only spans of a producer
-    other than the owner are remembered (a pool with one producer keeps nothing), bounded.
+#: How many forgotten producer tags a queue remembers (to drop their late records at once).
+FORGOTTEN_KEPT = 10_000
+
+
+class ProducerBook:
+    """Which producers read a queue's result records, and how far each has read.
+
+    Per producer tag: its cursor (the first record number it has not fetched) and when it
+    was last heard of (a put or a fetch; ``now`` is given, this class reads no clock). A
+    record is *wanted* while its producer is known and has not fetched past it; a producer
+    is forgotten when it says so (an attached handle closed) or after ``liveness_s`` unheard
+    of (never the owner, 0). Pure: no Dask, no clock, no I/O.
     """
 
-    def __init__(self, max_entries: int = EARLY_SPANS_KEPT) -> None:
-        self._by_seq: OrderedDict[int, int] = OrderedDict()
-        self._max = max_entries
+    def __init__(self, liveness_s: float = PRODUCER_LIVENESS_S) -> None:
+        self.liveness_s = liveness_s
+        self.cursors: dict[int, int] = {}
+        self.heard: dict[int, float] = {}
+        self.forgotten: dict[int, None] = {}  # insertion-ordered set, oldest first
 
-    def __len__(self) -> int:
-        return len(self._by_seq)
+    def hear(self, producer: int, now: float) -> bool:
+        """Producer ``producer`` put or fetched now. True if it had been forgotten (its
+        earlier unfetched records are gone)."""
+        if not producer:
+            return False
+        back = self.forgotten.pop(producer, 0) is None
+        self.heard[producer] = now
+        return back
 
-    def note(self, spans: Iterable[Any], n: int) -> None:
-        """The first ``n`` spans of a lease were acked early: remember their producers."""
-        for span, producer in zip(spans, span_producers(spans, n)):
-            if producer:
-                self._by_seq[span.first_seq] = producer
-        while len(self._by_seq) > self._max:
-            self._by_seq.popitem(last=False)
+    def notice(self, producer: int, now: float) -> None:
+        """A record of ``producer`` is stored: its liveness counts from now if it is new."""
+        if producer and producer not in self.heard and producer not in self.forgotten:
+            self.heard[producer] = now
 
-    def take(self, ranges: list[tuple[int, int]]) -> list[int]:
-        """The producer of each range (0 if not remembered), forgetting them."""
-        if not self._by_seq:
-            return [0] * len(ranges)
-        return [self._by_seq.pop(seq, 0) for seq, _ in ranges]
+    def fetched(self, producer: int, cursor: int) -> None:
+        if cursor > self.cursors.get(producer, 0):
+            self.cursors[producer] = cursor
+
+    def forget(self, producer: int) -> None:
+        if not producer:
+            return
+        self.cursors.pop(producer, None)
+        self.heard.pop(producer, None)
+        self.forgotten[producer] = None
+        while len(self.forgotten) > FORGOTTEN_KEPT:
+            del self.forgotten[next(iter(self.forgotten))]
+
+    def expire(self, now: float) -> list[int]:
+        """Forget the producers unheard of for longer than ``liveness_s``; return them."""
+        gone = [p for p, t in self.heard.items() if now - t > self.liveness_s]
+        for p in gone:
+            self.forget(p)
+        return gone
+
+    def wanted(self, record: Any, number: int) -> bool:
+        """Whether record ``number`` is still to be fetched by its producer."""
+        if not record.ranges:  # an empty record (a dropped one's place): nobody's
+            return False
+        producer = record_producer(record)
+        return producer not in self.forgotten and number >= self.cursors.get(producer, 0)
+
+    def export(self, now: float) -> dict[str, Any]:
+        """The state for a successor (hand-off): ages, not this process's clock readings."""
+        return {"cursors": dict(self.cursors), "ages": {p: now - t for p, t in self.heard.items()},
+                "forgotten": list(self.forgotten)}
+
+    def load(self, state: dict[str, Any], now: float) -> None:
+        self.cursors = dict(state["cursors"])
+        self.heard = {p: now - age for p, age in state["ages"].items()}
+        self.forgotten = dict.fromkeys(state["forgotten"])

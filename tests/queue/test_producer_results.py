@@ -3,13 +3,15 @@ queue actors (transient and durable, a durable one reopened)."""
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 
 import pytest
 
 from daskqueue import DurableQueue, TransientQueue
 from daskqueue.messages import Kind
-from daskqueue.queue.producer_results import EarlyProducers, split_by_producer
+from daskqueue.consumer.batch import Outcome, dump_results
+from daskqueue.queue.producer_results import ProducerBook, segment_producers, split_by_producer
 from daskqueue.segment.format import CHUNK_HEADER, ChunkHeader
 from daskqueue.serialize import Group, ResultRecord, decode_delivery, encode_put, encode_settle, pack_payloads
 
@@ -33,8 +35,8 @@ def test_a_record_of_one_producer_is_kept_whole_and_tagged():
 
 @pytest.mark.timeout(10)
 def test_a_record_of_mixed_producers_is_cut_by_range_with_failures_and_final_errors():
-    values = ["a", "b", None, "d"]
-    record = ResultRecord(1, [(0, 2), (10, 1), (2, 1)], [2], pickle.dumps(values), {2: b"err"}, None)
+    cut = {0: pickle.dumps(["a", "b", "d"]), 9: pickle.dumps([None])}
+    record = ResultRecord(1, [(0, 2), (10, 1), (2, 1)], [2], cut, {2: b"err"}, None)
     pieces = {getattr(p, "producer", 0): p for p in split_by_producer(record, [0, 9, 0])}
     owner, other = pieces[0], pieces[9]
     assert owner.ranges == [(0, 2), (2, 1)] and pickle.loads(owner.results) == ["a", "b", "d"]
@@ -44,14 +46,17 @@ def test_a_record_of_mixed_producers_is_cut_by_range_with_failures_and_final_err
 
 
 @pytest.mark.timeout(10)
-def test_early_acked_spans_remember_only_other_producers_and_forget_once_taken():
-    early = EarlyProducers(max_entries=2)
-    early.note([_Span(0, 0), _Span(4, 5), _Span(9, 6)], 3)
-    assert len(early) == 2  # the owner's span is not kept
-    assert early.take([(4, 2), (0, 4), (9, 1)]) == [5, 0, 6]
-    assert len(early) == 0
-    early.note([_Span(1, 1), _Span(2, 2), _Span(3, 3)], 3)
-    assert early.take([(1, 1)]) == [0]  # bounded: the oldest went first
+def test_the_consumer_cuts_results_by_producer_and_the_queue_never_unpickles_them():
+    segs = [type("S", (), {"producer": p, "count": n})() for p, n in [(0, 2), (9, 1), (0, 1)]]
+    assert segment_producers(segs[:1]) is None  # one producer: one list, as before
+    outcome = Outcome(3, {}, set(), ["a", "b", "x"], producers=segment_producers(segs))  # stopped after 3
+    cut = dump_results(outcome)
+    assert {p: pickle.loads(b) for p, b in cut.items()} == {0: ["a", "b"], 9: ["x"]}
+    # A single list for mixed producers (it cannot be cut without unpickling user data, here
+    # bytes that do not unpickle at all) goes whole to the first producer, never raising.
+    record = ResultRecord(0, [(0, 1), (5, 1)], [], b"not a pickle", None, None)
+    (whole,) = split_by_producer(record, [0, 9])
+    assert whole.results == b"not a pickle" and whole.ranges == record.ranges
 
 
 @pytest.mark.timeout(10)
@@ -100,7 +105,8 @@ def _run_all(queue, n):
     blob = queue.get_batch(n, 0.0).result()
     lease_id, _, segments = decode_delivery(blob)
     items = [pickle.loads(p) for s in segments for p in s.payloads()]
-    queue.settle(lease_id, encode_settle(len(items), {}, set(), pickle.dumps(items))).result()
+    outcome = Outcome(len(items), {}, set(), items, producers=segment_producers(segments))
+    queue.settle(lease_id, encode_settle(len(items), {}, set(), dump_results(outcome))).result()  # as a consumer
     return [s.producer for s in segments]
 
 
@@ -143,3 +149,107 @@ def test_a_reopened_durable_queue_keeps_each_producers_messages_and_results(make
     assert _fetch(again, 0, 11)[1] == ["a1"]
     assert _run_all(again, 10) == [11]  # the waiting message kept its producer on disk
     assert _fetch(again, 0, 11)[1] == ["a1", "a2"]
+
+
+@pytest.mark.timeout(30)
+def test_a_mixed_lease_with_results_the_queue_cannot_unpickle_still_settles(make_queue):
+    q = make_queue()
+    _put(q, ["o1"])
+    _put(q, ["a1"], producer=11)
+    lease_id, _, segments = decode_delivery(q.get_batch(10, 0.0).result())
+    assert [s.producer for s in segments] == [0, 11]
+    # Results a queue could not unpickle (a class only the workers' tasks know, say): the
+    # consumer's cut per producer is stored as it is.
+    cut = {0: b"\x80\x05opaque-owner", 11: b"\x80\x05opaque-11"}
+    assert q.settle(lease_id, encode_settle(2, {}, set(), cut)).result()[0] == 2
+    _, blob, _, _ = q.fetch_outcomes(0, 0, 0.0, 11).result()
+    (record,) = pickle.loads(blob)
+    assert record.results == b"\x80\x05opaque-11" and record.ranges == [(segments[1].first_seq, 1)]
+
+
+@pytest.mark.timeout(30)
+def test_early_acked_outcomes_go_to_the_producer_the_consumer_names_even_after_a_reopen(make_queue):
+    q = make_queue("early")
+    _put(q, ["a1"], producer=11)
+    lease_id, _, segments = decode_delivery(q.get_batch(10, 0.0).result())
+    q.settle(lease_id, encode_settle(1, {}, set(), None)).result()  # acked early, before it ran
+    if make_queue.kind == "durable":  # the queue keeps no note of whose they were
+        q.close().result()
+        q = make_queue("early")
+    q.record_outcomes([(segments[0].first_seq, 1)], {}, pickle.dumps(["r1"]), None, [11]).result()
+    assert _fetch(q, 0, 11)[1] == ["r1"]
+    assert _fetch(q, 0, 0)[1] == []
+
+
+# -- a producer that is gone (in-process queue: no Dask needed for the outbox's bookkeeping) ---
+
+
+async def _put_here(q, items, producer=0):
+    offsets, data = pack_payloads(items, max_message_bytes=2**20)
+    g = Group(Kind.RAW, None, None, 0, None, 0.0, len(items), offsets, data)
+    return await q.put_batch(encode_put([g], {}), None, producer)
+
+
+async def _run_here(q):
+    lease_id, _, segments = decode_delivery(await q.get_batch(100, 0.0))
+    items = [pickle.loads(p) for s in segments for p in s.payloads()]
+    outcome = Outcome(len(items), {}, set(), items, producers=segment_producers(segments))
+    await q.settle(lease_id, encode_settle(len(items), {}, set(), dump_results(outcome)))
+
+
+@pytest.mark.timeout(30)
+def test_a_gone_producers_records_hold_back_nobody_and_go_after_the_liveness_window():
+    async def main():
+        q = TransientQueue(0)
+        await _put_here(q, ["a"], producer=11)  # a producer that never fetches (crashed)
+        await _run_here(q)
+        cursor = 0
+        for i in range(50):
+            await _put_here(q, [i])
+            await _run_here(q)
+            cursor, _, _, _ = await q.fetch_outcomes(cursor, 0, 0.0, 0)
+        held = [r for r in q._results if r.ranges]
+        # Only producer 11's record and the owner's last (fetched, dropped at its next fetch).
+        assert len(held) <= 2 and sum(len(pickle.loads(r.results)) for r in held) <= 2
+        q._producers.liveness_s = 0.0  # producer 11's window ran out
+        await q.fetch_outcomes(cursor, 0, 0.0, 0)
+        assert len(q._results) == 0
+        await _put_here(q, ["late"], producer=22)
+        await _run_here(q)
+        await q.forget_producer(22)  # closed: its late records go too
+        await q.fetch_outcomes(cursor, 0, 0.0, 0)
+        assert not [r for r in q._results if r.ranges]
+        await q.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(10)
+def test_the_producer_book_expires_attached_producers_never_the_owner_and_survives_hand_off():
+    book = ProducerBook(liveness_s=60.0)
+    book.hear(0, 0.0)
+    book.hear(5, 0.0)
+    book.notice(6, 30.0)
+    book.fetched(5, 10)
+    assert book.expire(61.0) == [5]
+    assert book.wanted(ResultRecord(0, [(0, 1)], [], b"", None).tagged(6), 0)
+    assert not book.wanted(ResultRecord(0, [(0, 1)], [], b"", None).tagged(5), 11)  # forgotten
+    again = ProducerBook(liveness_s=60.0)
+    again.load(book.export(now=70.0), now=1000.0)  # another process's clock
+    assert again.forgotten == {5: None} and again.cursors == {}
+    assert again.expire(1015.0) == [] and again.expire(1021.0) == [6]  # 40 s old at the hand-off
+    assert again.hear(5, 1050.0)  # back after being forgotten: said so
+
+
+@pytest.mark.timeout(10)
+def test_a_message_of_exactly_the_limit_from_an_attached_producer_fits_one_segment():
+    from daskqueue import defaults
+    from daskqueue.queue.config import PoolConfig
+    from daskqueue.segment.format import FILE_HEADER, LOG_RECORD_HEADER, PAYLOAD_OFFSET
+
+    config = PoolConfig(durability="durable", dirpath="/tmp/unused", max_segment_bytes=defaults.MIN_SEGMENT_BYTES,
+                        max_message_bytes=defaults.MIN_SEGMENT_BYTES)
+    limit = config.message_limit("t", "k")
+    record = (FILE_HEADER.size + LOG_RECORD_HEADER.size + ChunkHeader.encoded_size("t", "k", 2**31 - 1)
+              + 2 * PAYLOAD_OFFSET.size + limit)
+    assert record <= config.max_segment_bytes
