@@ -107,7 +107,9 @@ def test_one_consumer_drains_three_queues(pools):
 
 def test_idle_consumers_long_poll_instead_of_spinning(pools):
     qp = pools.queue(2)
-    cp = pools.consumer(qp, n_consumers=2, idle_poll_s=1.0)
+    # Long polls of 6 s: a consumer that slept between polls instead of waiting in one would
+    # take seconds to see new work; one woken by the put takes milliseconds (3 s: room for load).
+    cp = pools.consumer(qp, n_consumers=2, idle_poll_s=6.0)
     cp.start()
     wait_until(lambda: all(s.fetch_calls > 0 for s in cp.stats()))  # started: idle from now on
     before = sum(s.get_calls for s in qp.stats())
@@ -119,7 +121,7 @@ def test_idle_consumers_long_poll_instead_of_spinning(pools):
     # ...and an idle consumer still picks up new work at once.
     started = time.monotonic()
     assert qp.map(tasks.double, [21]) == [42]
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 3.0
 
 
 def test_max_concurrency_bounds_running_and_fetched_work(pools):
