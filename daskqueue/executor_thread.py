@@ -14,8 +14,8 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 from daskqueue import defaults
-from daskqueue.errors import (DaskQueueError, NoConsumersError, QueueClosedError, QueueLostError, QueueMovedError,
-                              SchedulerLostError)
+from daskqueue.errors import (ConfigurationError, DaskQueueError, NoConsumersError, QueueClosedError, QueueLostError,
+                              QueueMovedError, SchedulerLostError)
 from daskqueue.local_errors import local_error
 from daskqueue.queue.encode import chunk_size, encode_calls
 from daskqueue.queue.router import batch_count
@@ -31,7 +31,7 @@ IDLE_EXIT_S = 5.0
 #: Calls in flight fail with NoConsumersError after this long with no consumer pool started.
 NO_CONSUMERS_GRACE_S = 2.0
 #: Errors after which no outcome of the calls in flight can come: their futures fail.
-_TERMINAL = (QueueClosedError, SchedulerLostError)
+_TERMINAL = (QueueClosedError, SchedulerLostError, ConfigurationError)  # a call that cannot work: fail, never retry
 
 Call = tuple[Callable[..., Any], tuple[Any, ...], "dict[str, Any] | None"]
 

@@ -35,6 +35,20 @@ def squares_inside(n: int) -> list[int]:
     return daskqueue.get_pool().map(square, range(n), timeout_s=30)
 
 
+def squares_streamed_inside(n: int) -> list[int]:
+    """A task that streams over the pool it runs in (imap) and collects the results."""
+    return list(daskqueue.get_pool().imap(square, iter(range(n)), window=4, timeout_s=30))
+
+
+def executor_inside() -> str:
+    """A task that asks for an executor on the pool it runs in (refused: a ConfigurationError)."""
+    try:
+        daskqueue.get_pool().executor()
+    except daskqueue.ConfigurationError as e:
+        return f"refused: {e}"
+    return "accepted"
+
+
 def square(x: int) -> int:
     return x * x
 

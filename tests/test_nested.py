@@ -76,6 +76,20 @@ def test_map_inside_a_task_reads_its_own_results_and_leaves_the_owners(pools):
 
 
 @pytest.mark.timeout(60)
+def test_imap_inside_a_task_reads_its_own_results_and_an_executor_there_is_refused(pools):
+    qp = pools.queue(2)
+    cp = pools.consumer(qp, max_concurrency=2, isolation="thread")  # a free slot for the inner stream
+    cp.start()
+    outer = qp.submit(nt.squares_streamed_inside, 10)
+    refused = qp.submit(nt.executor_inside)
+    assert qp.result(outer, timeout_s=40) == [x * x for x in range(10)]
+    assert qp.result(refused, timeout_s=40).startswith("refused: executor() is not available")
+    cp.join(timeout=30)
+    # The inner stream's outcomes were its own: none was filed to the owner.
+    assert set(cp.results()) == {outer, refused}
+
+
+@pytest.mark.timeout(60)
 def test_a_follow_up_that_cannot_be_stored_fails_the_parent_with_the_typed_error(pools):
     qp = pools.queue(1, max_message_bytes=4096, max_retries=0)
     cp = pools.consumer(qp)

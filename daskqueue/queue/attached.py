@@ -221,6 +221,37 @@ class PoolHandle(QueuePool):
         finally:
             sibling.close()
 
+    def imap(self, func: Any, iterable: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """:meth:`QueuePool.imap`; on a task handle through a sibling handle, as :meth:`map`."""
+        return self._sibling_stream("imap", func, iterable, kwargs)
+
+    def imap_unordered(self, func: Any, iterable: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """:meth:`QueuePool.imap_unordered`; on a task handle through a sibling handle, as :meth:`map`."""
+        return self._sibling_stream("imap_unordered", func, iterable, kwargs)
+
+    def _sibling_stream(self, method: str, func: Any, iterable: Any, kwargs: dict[str, Any]) -> Any:
+        # A task handle reads no outcomes (they belong to the parent's producer): a stream on it
+        # would put its tasks and then fail at its first wait, their outcomes filed to the parent.
+        if self._role != "task":
+            return getattr(super(), method)(func, iterable, **kwargs)
+        sibling = build_handle(self.spec.with_producer(new_map_tag()), self.table.handles, self.client,
+                               role="map", removed=self.table.removed)
+        sibling.table.refresh = self.table.refresh
+        try:
+            stream = getattr(sibling, method)(func, iterable, **kwargs)  # checks its arguments now
+        except BaseException:
+            sibling.close()
+            raise
+        return _closing_after(stream, sibling)
+
+    def executor(self, **options: Any) -> Any:
+        """:meth:`QueuePool.executor`; refused on a task handle, whose outcomes are the parent's
+        producer's (its thread would wait for outcomes it cannot read): use ``map`` or ``imap``."""
+        if self._role == "task":
+            raise ConfigurationError(f"executor() is not available on {self!r} inside a task: use map() or "
+                                     "imap() there (each reads its own outcomes), or an executor on the pool's owner")
+        return super().executor(**options)
+
     def close(self) -> None:
         """Forget this handle: the pool stays open (its owner closes it); the queues drop
         this producer's outcomes not read yet."""
@@ -374,3 +405,12 @@ def unpickle_pool(spec: ProducerSpec) -> QueuePool:
     handles, missing = _handles_from_refs({q: r for q, r in refs.items() if r is not None}, len(spec.refs),
                                           on_worker=on_worker)
     return build_handle(spec, handles, client, role="task", removed=missing)
+
+
+def _closing_after(stream: Any, handle: Any) -> Any:
+    """Yield from ``stream``, then close ``handle`` (also when the stream is closed early)."""
+    try:
+        yield from stream
+    finally:
+        stream.close()
+        handle.close()
