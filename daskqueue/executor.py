@@ -41,12 +41,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 import cloudpickle
 
-from daskqueue.executing import Executing  # noqa: F401  (its old home)
 from daskqueue.executor_thread import Driver
 from daskqueue.queue.options import put_options
 from daskqueue.validate import check_number
 
-__all__ = ["QueueExecutor", "Executing", "ByValue"]
+__all__ = ["QueueExecutor", "ByValue"]
 
 #: A ``map`` keeps at most this many calls in flight unless told otherwise.
 MAP_WINDOW = 1_000
