@@ -9,9 +9,10 @@ import itertools
 
 import pytest
 
-from daskqueue.errors import JoinTimeoutError, NoConsumersError, RemoteTaskError
+from daskqueue import ConsumerPool, QueuePool
+from daskqueue.errors import JoinTimeoutError, NoConsumersError, QueueCallTimeoutError, QueueLostError, RemoteTaskError
 from tests import stream_tasks, tasks
-from tests.helpers import wait_until
+from tests.helpers import kill_worker, wait_until
 
 
 class Pulled:
@@ -151,3 +152,57 @@ def test_imap_needs_started_consumers_and_raises_when_they_stop(pools):
         for _ in stream:
             pass
     wait_until(lambda: not cp.running, timeout_s=10)
+
+
+def _nothing_registered(qp):
+    """The collector routes nothing to a stream's chunks any more (a peek at its private
+    tables: no public view of what it routes)."""
+    return not any(qp.collector._claims) and not qp.collector._closing
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_chunk_whose_put_failed_part_way_raises_and_stays_registered_nowhere(pools, monkeypatch, ordered):
+    qp, cp = started(pools)
+    real_call, puts = qp.table.call, itertools.count()
+
+    def call(q, method, *args):  # queue 1 refuses its third put on: a chunk is stored on queue 0 only
+        if method == "put_batch" and q == 1 and next(puts) >= 2:
+            raise QueueCallTimeoutError(1, "put_batch", 0.0)
+        return real_call(q, method, *args)
+
+    monkeypatch.setattr(qp.table, "call", call)
+    stream = (qp.imap if ordered else qp.imap_unordered)(tasks.double, range(10_000), window=400)
+    with pytest.raises(QueueCallTimeoutError):
+        for _ in stream:
+            pass
+    monkeypatch.undo()
+    cp.join(timeout=30)  # what was stored runs; its outcomes are dropped as they arrive
+    qp.poll_outcomes()
+    assert _nothing_registered(qp)
+    assert qp.results() == {}
+    assert list(qp.imap(tasks.double, range(3))) == [0, 2, 4]  # the pool streams on
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_stream_whose_transient_queue_is_lost_raises_it_and_stays_registered_nowhere(cluster_factory, ordered):
+    _, client = cluster_factory(3)
+    qp = QueuePool(client, 2, max_retries=0)
+    cp = ConsumerPool(client, qp, isolation="thread")
+    try:
+        cp.start()
+        victim = qp.queues[1]._address
+        assert qp.queues[0]._address != victim
+        slow = functools.partial(tasks.sleep_then, seconds=0.02)
+        stream = (qp.imap if ordered else qp.imap_unordered)(slow, itertools.count(), window=200)
+        assert len([next(stream) for _ in range(20)]) == 20
+        kill_worker(client, victim)
+        with pytest.raises(QueueLostError) as caught:  # in bounded time (the test's timeout), never a hang
+            for _ in stream:
+                pass
+        assert caught.value.queue_index == 1
+        assert _nothing_registered(qp)
+    finally:
+        cp.close()
+        qp.close()

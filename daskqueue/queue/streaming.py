@@ -11,7 +11,11 @@ the input's length.
 
 A stream closed early (``break``, an exception in the loop, a raised task error) pulls
 nothing more and puts nothing more. Tasks already put still run (a queue does not take back
-a message); their outcomes are discarded as they arrive, not filed with ``results()``.
+a message); their outcomes are discarded as they arrive, not filed with ``results()``: the
+collector releases each chunk once every outcome that can still come has come (a chunk whose
+put failed part-way counts its unstored positions as arrived). A stream that ends because a
+transient queue was lost (:class:`QueueLostError`) releases its chunks at once: the lost
+queue's outcomes never come, and every poll of the whole pool raises from then on.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal
 
 from daskqueue import defaults
-from daskqueue.errors import JoinTimeoutError, NoConsumersError, QueueCallTimeoutError, RemoteTaskError
+from daskqueue.errors import (JoinTimeoutError, NoConsumersError, QueueCallTimeoutError, QueueLostError,
+                              QueueMovedError, RemoteTaskError)
 from daskqueue.queue.options import Eta
+from daskqueue.queue.router import waves
 from daskqueue.queue.submitting import check_key_function
 from daskqueue.results import MapClaim
 from daskqueue.serialize import pickle_function
@@ -94,6 +100,13 @@ class StreamClaim(MapClaim):
         self.values = [None] * self.n
         self.failures.clear()
         self.fresh.clear()
+
+    def never(self, positions: list[int]) -> None:
+        """These positions have no outcome to come (their put was not stored): a dropped
+        chunk counts them as arrived, so that it completes with the others."""
+        assert self.dropped, "only a dropped chunk stops waiting for positions"
+        for p in positions:
+            self.succeed(p, [None])
 
     def forget(self, start: int, end: int) -> None:
         """Positions ``start .. end`` were yielded: keep their values no longer."""
@@ -278,10 +291,13 @@ class Streaming:
         def send(items: list[Any]) -> StreamClaim:
             encoded = self._encode_map(func, items, options, key, function)  # type: ignore[attr-defined]
             claim = StreamClaim(len(items))
+            ids: list[int | None] = [None] * len(items)
             try:
-                self._send_map(encoded, claim, options)  # type: ignore[attr-defined]
-            except BaseException:  # a put failed part-way: what was stored runs, unread
-                self._drop([claim])
+                self._send_chunk(encoded, claim, options, ids)
+            except BaseException as e:  # a put failed part-way: what was stored runs, unread
+                claim.drop()
+                claim.never([p for p, i in enumerate(ids) if i is None])
+                self._drop([claim], lost=_lost(e))
                 raise
             return claim
 
@@ -289,7 +305,18 @@ class Streaming:
                          ordered, send, self.collector.release)
         return self._run(stream)
 
+    def _send_chunk(self, encoded: Any, claim: StreamClaim, options: Any, ids: list[int | None]) -> None:
+        """Send a chunk as ``map`` sends its messages (outcomes routed to ``claim``), noting
+        each stored message's id in ``ids`` (None where its put failed)."""
+        sender = self.sender  # type: ignore[attr-defined]
+        if encoded.keyed is not None:
+            for wave in waves(encoded.keyed):
+                sender.send([b for _, b in wave], claim=claim, queues=[q for q, _ in wave], into=ids)
+        else:
+            sender.send(encoded.batches, claim=claim, queue=self._route(options), into=ids)  # type: ignore[attr-defined]
+
     def _run(self, stream: _Stream) -> Iterator[Any]:
+        lost = False
         try:
             while True:
                 stream.fill()
@@ -308,8 +335,11 @@ class Streaming:
                                 and p in chunk.failures:
                             raise outcome
                         yield outcome
+        except BaseException as e:
+            lost = _lost(e)
+            raise
         finally:
-            self._drop(stream.chunks)
+            self._drop(stream.chunks, lost=lost)
 
     def _wait(self, stream: _Stream) -> None:
         """Fetch outcomes until one may be yielded; raise :class:`JoinTimeoutError` after the
@@ -346,12 +376,24 @@ class Streaming:
 
     # -- chunks of closed streams ---------------------------------------------------------------
 
-    def _drop(self, chunks: list[StreamClaim]) -> None:
+    def _drop(self, chunks: list[StreamClaim], *, lost: bool = False) -> None:
         """A stream ended: its chunks keep no values, and the collector releases each once
         all its outcomes arrived (they stay registered until then, so that those outcomes
-        are dropped on arrival instead of filed with ``results()``)."""
+        are dropped on arrival instead of filed with ``results()``). ``lost``: the stream
+        ended with a transient queue lost, whose outcomes never come: released now."""
         for chunk in chunks:
             chunk.drop()
-        if chunks:
-            logger.debug("a stream closed with %d chunks in flight: their outcomes are dropped", len(chunks))
+        if not chunks:
+            return
+        logger.debug("a stream closed with %d chunks in flight: their outcomes are dropped", len(chunks))
+        if lost:
+            for chunk in chunks:
+                self.collector.release(chunk)
+        else:
             self.collector.release_when_complete(list(chunks))
+
+
+def _lost(error: BaseException) -> bool:
+    """Whether ``error`` says a queue is lost for good (a durable one that moved is not:
+    its outcomes still come)."""
+    return isinstance(error, QueueLostError) and not isinstance(error, QueueMovedError)
