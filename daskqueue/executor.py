@@ -93,6 +93,8 @@ class QueueExecutor(Executor):
       calls run as one task: per-call futures cost client CPU (about 8,000 calls/s on a
       loaded 2-core machine, against ``QueuePool.map``'s 60,000+), so many tiny calls want a
       ``chunksize`` of 100 or more.
+    * A transient queue lost with its worker fails the calls it held with its
+      :class:`QueueLostError`; the calls on the other queues go on and complete.
     * ``shutdown(wait=True, cancel_futures=False)``: no new submissions; unsent calls are
       cancelled with ``cancel_futures``; ``wait`` returns once every sent call has its
       outcome and the executor's thread has ended.

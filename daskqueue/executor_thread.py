@@ -42,9 +42,10 @@ class _Claim:
     ``arrived`` for the executor's thread. Only the first outcome of a position counts (an
     at-least-once delivery may bring two)."""
 
-    def __init__(self, futures: list[Future], arrived: deque) -> None:
+    def __init__(self, futures: list[Future], arrived: deque, ids: list[int | None]) -> None:
         self.futures = futures
         self.arrived = arrived
+        self.ids = ids  # each call's message id (None: not stored), to know its queue
         self.n = len(futures)
         self.settled = 0
         self.abandoned = False
@@ -66,6 +67,13 @@ class _Claim:
         """Position ``position`` has no outcome to come (its call was not stored)."""
         with self._lock:
             self._first(position)
+
+    def lose(self, on_lost_queue: Callable[[int], bool]) -> list[Future]:
+        """Positions whose message id ``on_lost_queue`` (their queue was lost: no outcome
+        will come) have no outcome to come; return their futures that had none."""
+        with self._lock:
+            return [self.futures[k] for k, i in enumerate(self.ids)
+                    if i is not None and not self._done[k] and on_lost_queue(i) and self._first(k)]
 
     def abandon(self) -> list[Future]:
         """Ignore every outcome from now on; return the futures that had none."""
@@ -99,6 +107,7 @@ class Driver:
         self._inflight = 0  # sent, no outcome yet (owned by the thread)
         self._stopping = False
         self._no_consumers_since: float | None = None  # in flight with no consumer started since
+        self._lost: set[int] = set()  # queues lost for good: not polled, their calls failed
         self.thread: threading.Thread | None = None
         # The last thread started: ``thread`` is cleared by the thread itself a moment before
         # it ends, so shutdown(wait=True) joins this one.
@@ -229,8 +238,8 @@ class Driver:
                 return
             batches = self._encode([c for _, c in live])
         futures = [f for f, _ in live]
-        claim = _Claim(futures, self._arrived)
         ids: list[int | None] = [None] * len(futures)
+        claim = _Claim(futures, self._arrived, ids)
         try:
             if self.pool.closed:
                 raise QueueClosedError(f"{self.pool!r} is closed")
@@ -278,23 +287,46 @@ class Driver:
             self._fail_inflight(QueueClosedError(f"{self.pool!r} was closed with these calls in flight"))
             return
         try:
-            arrived = self.pool.poll_outcomes()
+            arrived = self._poll_queues()
         except Exception as e:
             if self.pool.closed:
                 error: BaseException = QueueClosedError(f"{self.pool!r} was closed with these calls in flight")
                 error.__cause__ = e
-            elif isinstance(e, _TERMINAL) or (isinstance(e, QueueLostError) and not isinstance(e, QueueMovedError)):
+            elif isinstance(e, QueueLostError) and not isinstance(e, QueueMovedError):
+                self._fail_lost_queue(e)
+                return
+            elif isinstance(e, _TERMINAL):
                 error = e
             else:
                 logger.info("executor on %r: fetching outcomes failed (%s); trying again", self.pool, e)
                 time.sleep(defaults.POLL_INTERVAL_S)
                 return
-            # Which queue held which call is not tracked: every call in flight fails.
             logger.warning("executor on %r: failing %d calls in flight: %s", self.pool, self._inflight, error)
             self._fail_inflight(error)
             return
         if not arrived:
             self._check_consumers()
+
+    def _poll_queues(self) -> int:
+        """Fetch the outcomes of every queue (one call each, at once), or once a queue is
+        lost (a pool-wide poll raises for it from then on), of each other queue in turn."""
+        if not self._lost:
+            return self.pool.poll_outcomes()
+        return sum(self.pool.poll_outcomes(queue_index=q) for q in self.pool.table.indices() if q not in self._lost)
+
+    def _fail_lost_queue(self, error: QueueLostError) -> None:
+        """Transient queue ``error.queue_index`` is lost with its worker: fail the calls it
+        held (their outcomes never come) with ``error``; the other queues' calls go on."""
+        q = error.queue_index
+        self._lost.add(q)
+        queue_of = self.pool.collector.queue_of  # where each call is now (messages may move)
+        failed = [f for claim in self._claims for f in claim.lose(lambda i: queue_of(i) == q)]
+        logger.warning("executor on %r: queue %d was lost: failing its %d calls in flight", self.pool, q, len(failed))
+        self._inflight -= len(failed)
+        for future in failed:
+            if not future.done():
+                future.set_exception(error)
+        self._release_complete()
 
     def _check_consumers(self) -> None:
         """Fail the calls in flight with :class:`NoConsumersError` once no consumer pool of
@@ -336,10 +368,14 @@ class Driver:
             else:
                 future.set_exception(local_error(value, original=self.original_errors))
             n += 1
-        if n and self._claims:
-            done = [c for c in self._claims if c.complete]
-            if done:
-                self._claims = [c for c in self._claims if not c.complete]
-                for claim in done:
-                    self.pool.collector.release(claim)
+        if n:
+            self._release_complete()
         return n
+
+    def _release_complete(self) -> None:
+        """Let the collector forget the claims whose every call has its outcome."""
+        done = [c for c in self._claims if c.complete]
+        if done:
+            self._claims = [c for c in self._claims if not c.complete]
+            for claim in done:
+                self.pool.collector.release(claim)

@@ -42,3 +42,11 @@ class TwoPartError(Exception):
 
 def raise_two_part(_):
     raise TwoPartError(7, "detail")
+
+
+def wait_for_gate(x, path):
+    """Return ``x`` once ``path`` exists (the test creates it when it is ready), at most 50 s."""
+    deadline = time.monotonic() + 50
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return x

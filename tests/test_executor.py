@@ -7,10 +7,11 @@ import threading
 
 import pytest
 
-from daskqueue import DaskQueueError, NoConsumersError, QueueClosedError, RemoteTaskError, SerializationError
+from daskqueue import (ConsumerPool, DaskQueueError, NoConsumersError, QueueClosedError, QueueLostError, QueuePool,
+                       RemoteTaskError, SerializationError)
 from daskqueue.executor import QueueExecutor
 from tests import executor_tasks as tasks
-from tests.helpers import wait_until
+from tests.helpers import kill_worker, wait_until
 from tests.tasks import Unpicklable
 
 
@@ -353,3 +354,33 @@ def test_shutdown_with_wait_returns_only_once_the_thread_ended(running):
         assert ex.submit(tasks.inc, i).result(timeout=20) == i + 1
         ex.shutdown(wait=True)
         assert not executor_threads(running), f"round {i}"
+
+
+@pytest.mark.timeout(120)
+def test_a_lost_transient_queue_fails_only_the_calls_it_held_the_others_complete(cluster_factory, tmp_path):
+    _, client = cluster_factory(3)
+    qp = QueuePool(client, 2, max_retries=2)  # the healthy queue's calls leased on the dead worker run again
+    cp = ConsumerPool(client, qp, isolation="thread")
+    gate = tmp_path / "gate"
+    try:
+        cp.start()
+        victim = qp.queues[1]._address
+        assert qp.queues[0]._address != victim
+        with qp.executor() as ex:
+            futures = [ex.submit(tasks.wait_for_gate, x, str(gate)) for x in range(40)]
+            wait_until(lambda: all(f.running() for f in futures), timeout_s=20)
+            kill_worker(client, victim)
+            # The executor hears of the loss (the lost queue's calls fail) before any
+            # call can end: the healthy queue's calls are still in flight then.
+            wait_until(lambda: any(f.done() for f in futures), timeout_s=60)
+            gate.touch()
+            done, _ = cf.wait(futures, timeout=60)
+            assert len(done) == len(futures)
+        lost = [f.exception() for f in futures if f.exception() is not None]
+        assert all(isinstance(e, QueueLostError) and e.queue_index == 1 for e in lost), lost
+        ok = [f.result() for f in futures if f.exception() is None]
+        assert lost and ok  # only the lost queue's calls failed
+        assert set(ok) < set(range(40))
+    finally:
+        cp.close()
+        qp.close()
