@@ -148,8 +148,17 @@ class QueueCalls:
             if isinstance(result, Exception):
                 logger.debug("ending the long poll of queue %d failed (%s: %s)", slot, type(result).__name__, result)
 
+    def queue(self, slot: int) -> Any:
+        """The queue in ``slot``; :class:`QueueLostError` if it is no longer among this
+        consumer's queues (the pool removed it, or replaced the set, while a call to it
+        was due): for the caller, a queue gone like a lost one, never a bare ``KeyError``."""
+        try:
+            return self.queues[slot]
+        except KeyError:
+            raise QueueLostError(slot, "(none: no longer among this consumer's queues)", "unknown") from None
+
     def _start(self, slot: int, method: str, args: tuple[Any, ...]) -> tuple[Any, str | None]:
-        queue = self.queues[slot]
+        queue = self.queue(slot)
         address = getattr(queue, "_address", None)
         if address is not None and address in self._dead:
             raise QueueLostError(slot, address, "unknown")
@@ -212,14 +221,14 @@ class QueueCalls:
         said so meanwhile: a call sent just before the consumer learned of the move can
         reach the old worker after its actor was freed (and is then never answered)."""
         for _ in range(2):
-            queue = self.queues[slot]
+            queue = self.queue(slot)
             try:
                 return await self.call(slot, method, *args, deadline_s=deadline_s, until_moved=True)
             except _MovedMeanwhile:
                 logger.debug("queue %d moved while %s was under way; making it again there", slot, method)
             except QueueHandedOffError:
                 deadline = time.monotonic() + defaults.MOVE_WAIT_S
-                while self.queues[slot] is queue and time.monotonic() < deadline:
+                while self.queues.get(slot) is queue and time.monotonic() < deadline:
                     await asyncio.sleep(0.02)  # until the pool says where it moved (move)
             except (QueueLostError, OSError, KeyError) as e:
                 if _same_actor(self.queues.get(slot), queue) or not _actor_gone(e, queue):

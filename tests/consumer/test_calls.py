@@ -28,3 +28,24 @@ async def test_a_remote_call_past_its_deadline_raises_a_typed_timeout():
         await queue_calls.call(0, "get_batch", 10, 0.0, None, deadline_s=0.05)
     assert isinstance(caught.value, DaskQueueError) and isinstance(caught.value, TimeoutError)
     assert (caught.value.queue_index, caught.value.method) == (0, "get_batch")
+
+
+class Answers:
+    """A queue in this process that answers ``stats``."""
+
+    async def stats(self):
+        return "stats"
+
+
+@pytest.mark.parametrize("moving", [False, True])
+async def test_a_call_to_a_queue_no_longer_among_the_consumers_raises_queue_lost_not_key_error(moving):
+    from daskqueue.errors import QueueLostError
+
+    queue_calls = QueueCalls({0: Answers()})
+    queue_calls.bind()
+    assert await queue_calls.call(0, "stats") == "stats"
+    queue_calls.replace({})  # the pool removed queue 0 (remove_queue): it left this consumer's set
+    call = queue_calls.call_moving if moving else queue_calls.call
+    with pytest.raises(QueueLostError) as caught:
+        await call(0, "stats")
+    assert caught.value.queue_index == 0
