@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -36,6 +37,12 @@ LATE_ANSWER_WAIT_S = defaults.LEASE_TIMEOUT_S
 
 #: How long a stopping consumer waits for its queues to end its long polls (``end_waits``).
 END_WAITS_TIMEOUT_S = 5.0
+
+#: Methods that ``call_moving`` may make twice and that must act once: each call of one gets
+#: a random token as its last argument, the same for its second attempt (a queue that stored
+#: the first, then handed itself off, hands the token over too and ignores the second).
+ONCE_BY_TOKEN = frozenset({"record_outcomes"})
+TOKEN_BYTES = 16
 
 
 def worker_address() -> str | None:
@@ -219,7 +226,11 @@ class QueueCalls:
         Also made again there when the pool says where the queue went while the call is
         still unanswered, or when it failed because the old actor is gone and the pool
         said so meanwhile: a call sent just before the consumer learned of the move can
-        reach the old worker after its actor was freed (and is then never answered)."""
+        reach the old worker after its actor was freed (and is then never answered).
+        A method of ``ONCE_BY_TOKEN`` carries one token on every attempt, so that the old
+        queue's work, handed over, is not done again."""
+        if method in ONCE_BY_TOKEN:
+            args = (*args, os.urandom(TOKEN_BYTES))
         for _ in range(2):
             queue = self.queue(slot)
             try:

@@ -63,6 +63,8 @@ class OutboxMixin:
     _core: QueueCore
     _funcs: FunctionTable
     _handed_off: bool
+    _tokens: dict[bytes, tuple[int, int]]
+    _remember_token: Any
 
     def _init_outbox(self) -> None:
         self._results: list[ResultRecord] = []  # records not yet fetched
@@ -102,15 +104,19 @@ class OutboxMixin:
 
     async def record_outcomes(self, ranges: list[tuple[int, int]], errors: dict[int, bytes],
                               results: bytes | dict[int, bytes], consumer: int | None = None,
-                              producers: list[int] | None = None) -> None:
+                              producers: list[int] | None = None, token: bytes | None = None) -> None:
         """Store the outcomes of early-acked messages (already settled; failures are final).
         ``producers[i]`` is the producer tag of ``ranges[i]`` (the consumer read it from the
-        delivery; None, from an older consumer: the owner's)."""
+        delivery; None, from an older consumer: the owner's). ``token``: a call made again
+        with the token of one this queue (or its predecessor) stored stores nothing."""
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
+        if token is not None and token in self._tokens:  # kept (and handed off) with the put tokens
+            return
         self._start()
         record = ResultRecord(self.index, ranges, sorted(errors), results, errors, consumer)
         self._store_record(record, producers or [0] * len(ranges))
+        self._remember_token(token, ranges)
         try:
             self._after_change(self._now())
         finally:  # the results are kept even if storage failed (see DurableQueue)

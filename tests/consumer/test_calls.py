@@ -49,3 +49,33 @@ async def test_a_call_to_a_queue_no_longer_among_the_consumers_raises_queue_lost
     with pytest.raises(QueueLostError) as caught:
         await call(0, "stats")
     assert caught.value.queue_index == 0
+
+
+async def test_record_outcomes_made_again_where_the_queue_moved_is_stored_once():
+    import pickle
+
+    from daskqueue.queue.transient import TransientQueue
+
+    old = TransientQueue(0)  # driven by hand, on this test's event loop
+    moved: list[TransientQueue] = []
+
+    class RecordsThenMoves:
+        """The old queue on another worker: it stores the record, then hands itself off to
+        a successor before its answer reaches the consumer (which never gets it)."""
+
+        _address = "tcp://10.255.0.5:1"
+
+        async def record_outcomes(self, *args):
+            await old.record_outcomes(*args)
+            successor = TransientQueue(0, handoff=await old.hand_off())
+            moved.append(successor)
+            queue_calls.move(0, successor)
+            await asyncio.Event().wait()
+
+    queue_calls = QueueCalls({0: RecordsThenMoves()})
+    queue_calls.bind()
+    await queue_calls.call_moving(0, "record_outcomes", [(0, 1)], {}, pickle.dumps(["r"]), 0, [0])
+    successor = moved[0]
+    _, blob, _, _ = await successor.fetch_outcomes(0, 0)
+    assert [record.ranges for record in pickle.loads(blob)] == [[(0, 1)]]  # stored once, not twice
+    await successor.close()
