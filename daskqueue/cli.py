@@ -39,12 +39,13 @@ def demo(args: argparse.Namespace) -> int:
     from distributed import Client, LocalCluster
 
     from daskqueue import ConsumerPool, QueuePool
+    from daskqueue.queue.config import default_n_queues
 
     print(f"starting a LocalCluster: {args.workers} workers x 1 thread", flush=True)
     with LocalCluster(
         n_workers=args.workers, threads_per_worker=1, dashboard_address=None
     ) as cluster, Client(cluster) as client:
-        queue_pool = QueuePool(client, n_queues=args.workers)
+        queue_pool = QueuePool(client, n_queues=default_n_queues(args.workers))  # workers x 1 thread
         consumer_pool = ConsumerPool(client, queue_pool, n_consumers=args.workers)
         consumer_pool.start()
         started = time.perf_counter()
@@ -281,7 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     where.add_argument("--scheduler", default=None, help="the address of an existing cluster's scheduler")
     where.add_argument("--workers", type=int, default=2, help="workers of the LocalCluster started (default 2)")
     p.add_argument("--durable", default=None, metavar="DIR", help="keep the job in DIR: a rerun resumes it")
-    p.add_argument("--queues", type=int, default=None, help="queues (default: one per worker)")
+    p.add_argument("--queues", type=int, default=None,
+                   help="queues (default: QueuePool's, from the cluster's worker threads; durable: 1)")
     p.add_argument("--max-retries", type=int, default=3, help="retries of a failing item (default 3)")
     p.add_argument("--time-limit", type=float, default=None, metavar="S", help="interrupt an item after S seconds")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -35,6 +35,8 @@ from typing import Any, Callable
 
 from daskqueue.mapfiles import NO_ID, Journal, Output, State, UsageError, outcome_record
 from daskqueue.mapinput import Inputs, count_items, iter_items
+from daskqueue.queue.config import default_n_queues
+from daskqueue.scheduler_query import worker_threads
 
 __all__ = ["run_map", "call_indexed", "UsageError"]
 
@@ -145,14 +147,10 @@ def _run_map(args: argparse.Namespace) -> int:
                                    silence_logs=logging.ERROR)
             client = Client(cluster)
         try:
-            n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
             options: dict[str, Any] = dict(max_retries=args.max_retries, time_limit_s=args.time_limit)
             if root is not None:
                 options.update(durability="durable", dirpath=str(root / "queues"))
-            n_queues = args.queues or max(1, n_workers)
-            if root is not None:  # a resumed job keeps its queues, whatever the workers now
-                n_queues = max(n_queues, _known_queues(root / "queues"))
-            qp = QueuePool(client, n_queues, name=f"map-{args.func}", **options)
+            qp = QueuePool(client, _queue_count(client, args.queues, root), name=f"map-{args.func}", **options)
             cp = ConsumerPool(client, qp)
             try:
                 cp.start()
@@ -248,6 +246,16 @@ def _record(got: list[tuple[int, Any]], state: State, journal: Journal, output: 
     bar.update(len(new))
     if new:
         bar.set_postfix(failed=journal.failed, refresh=False)
+
+
+def _queue_count(client: Any, asked: int | None, root: Path | None) -> int:
+    """The queues of the job's pool: ``--queues``, else ``QueuePool``'s own default (the
+    scale model: ``default_n_queues`` of the cluster's worker threads, asked of the
+    scheduler; a durable pool's: 1). A resumed job keeps its queues, whatever the workers
+    now."""
+    if root is not None:
+        return max(asked or 1, _known_queues(root / "queues"))
+    return asked if asked is not None else default_n_queues(worker_threads(client))
 
 
 def _known_queues(dirpath: Path) -> int:

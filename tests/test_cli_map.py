@@ -145,3 +145,14 @@ def test_stats_and_dead_letters_find_the_pools_of_a_cluster(client, pools):
     assert qp.dead_letters() == []
     missing = cli("dead-letters", "list", "--scheduler", address, "--pool", "nope")
     assert missing.returncode == 2 and "no pool 'nope'" in missing.stderr
+
+
+@pytest.mark.timeout(180)
+def test_map_gives_the_pool_the_default_number_of_queues_of_the_scale_model(tmp_path):
+    from daskqueue.queue.config import default_n_queues
+
+    (tmp_path / "jobmod.py").write_text("import daskqueue\ndef work(x):\n    return daskqueue.get_pool().n_queues\n")
+    (tmp_path / "in.txt").write_text("a\nb\n")
+    done = run(tmp_path, "--workers", "3", "--out", "out.jsonl", "--no-progress", timeout=150)
+    assert done.returncode == 0, done.stderr
+    assert {r["result"] for r in lines(tmp_path / "out.jsonl")} == {default_n_queues(3)}  # not one per worker
