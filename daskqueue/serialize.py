@@ -70,9 +70,23 @@ class PickledFunction:
 
 
 def _by_value(func: Callable[..., Any]) -> bool:
-    """True if plain pickle would store ``func`` by a reference the workers cannot resolve."""
-    module = getattr(func, "__module__", None)
-    qualname = getattr(func, "__qualname__", "")
+    """True if plain pickle would store ``func``, or what it wraps, by a reference the
+    workers cannot resolve. A ``functools.partial`` pickles as its function and arguments,
+    each by reference when it can: it goes by value if its function, or a callable (or an
+    instance of a class defined in ``__main__``) among its arguments, would not resolve."""
+    if _unresolvable(func):
+        return True
+    if isinstance(func, functools.partial):
+        inner = (func.func, *func.args, *func.keywords.values())
+        return any(_by_value(x) if callable(x) else type(x).__module__ == "__main__" for x in inner)
+    return False
+
+
+def _unresolvable(obj: Any) -> bool:
+    """Whether ``obj``'s pickle by reference names what a worker cannot import: defined in
+    ``__main__``, a lambda, or local to a function."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", "")
     return module in (None, "__main__") or "<lambda>" in qualname or "<locals>" in qualname
 
 

@@ -133,3 +133,47 @@ def test_the_lru_evicts_the_entry_used_longest_ago():
     assert lru.pop("a") == 1 and lru.pop("a") is None
     with pytest.raises(ValueError):
         LRU(0)
+
+
+MAIN_SCRIPT = """
+import functools, sys
+from daskqueue.serialize import pickle_function
+
+def add(x, y):
+    return x + y
+
+class Doubler:
+    def __call__(self, x):
+        return 2 * x
+
+for func in (functools.partial(add, 2), functools.partial(functools.partial(add, y=5)),
+             functools.partial(map, add, [1])):
+    data = pickle_function(func).data
+    sys.stdout.buffer.write(len(data).to_bytes(4, "big") + data)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_partial_of_a_main_function_is_pickled_by_value_so_other_processes_load_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text(MAIN_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, check=True, env=env).stdout
+    funcs = []
+    while out:
+        n = int.from_bytes(out[:4], "big")
+        funcs.append(pickle.loads(out[4 : 4 + n]))  # here, __main__ has no add: only by value loads
+        out = out[4 + n :]
+    first, nested, mapped = funcs
+    assert first(3) == 5 and nested(1) == 6 and list(mapped([10])) == [11]
+
+
+def test_a_partial_of_an_importable_function_stays_by_reference():
+    import functools
+
+    pickled = pickle_function(functools.partial(tasks.add, 1))
+    assert b"cloudpickle" not in pickled.data and pickle.loads(pickled.data)(2) == 3
