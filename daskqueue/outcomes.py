@@ -67,9 +67,8 @@ class Outcomes:
         self.collector = collector
         self.table = table
         self._consumers_running = consumers_running
-        #: (acked, dead-lettered) over the queues when the last ``join`` ended.
+        #: (outcomes, dead letters) of this producer received when the last ``join`` ended.
         self._joined_counts = (0, 0)
-        self._counts = (0, 0)
 
     def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None) -> int:
         """Fetch the outcomes the queues hold (see ``QueuePool.poll_outcomes``), within a
@@ -191,7 +190,6 @@ class Outcomes:
                 raise
             raise _timed_out(timeout_s, e) from e
         pending = sum(s.pending for s in qstats)
-        self._counts = (sum(s.total_acked for s in qstats), sum(s.dead for s in qstats))
         running = 0 if pending else inflight()
         if pending == 0 and running == 0:
             return True
@@ -218,11 +216,13 @@ class Outcomes:
             time.sleep(defaults.POLL_INTERVAL_S)
 
     def _report_failures(self) -> None:
-        """Log a warning if messages were dead-lettered since the last ``join`` ended: a
-        join that returns normally over failed tasks must not pass for success."""
-        (acked, dead), (acked0, dead0) = self._counts, self._joined_counts
-        self._joined_counts = self._counts
-        failed, done = dead - dead0, max(0, acked - acked0)
+        """Log a warning if messages of this producer (another's are not its: an attached
+        client's) were dead-lettered since the last ``join`` ended: a join that returns
+        normally over failed tasks must not pass for success."""
+        counts = (sum(self.collector.settled), self.collector.dead_received)
+        (settled, dead), (settled0, dead0) = counts, self._joined_counts
+        self._joined_counts = counts
+        failed, done = dead - dead0, max(0, (settled - dead) - (settled0 - dead0))
         if failed <= 0:
             return
         share = f"all {failed:,}" if done == 0 else f"{failed:,} of {failed + done:,}"

@@ -138,6 +138,8 @@ class ResultCollector:
         #: Outcomes received per queue (results and final failures): a transient queue lost
         #: with its worker lost the messages put there minus these.
         self.settled = [0] * n_queues
+        #: Dead letters of this producer received, in all (what ``join`` warns of).
+        self.dead_received = 0
         # Per queue: sorted first seqs of claimed groups, and (count, claim, first position).
         self._claim_starts: list[list[int]] = [[] for _ in range(n_queues)]
         self._claims: list[list[tuple[int, MapClaim, int]]] = [[] for _ in range(n_queues)]
@@ -413,4 +415,5 @@ class ResultCollector:
             if (getattr(meta, "producer", 0) or 0) == self.producer:
                 self._fail(q, seq, error, attempts)
                 n += 1
+        self.dead_received += n
         return n
