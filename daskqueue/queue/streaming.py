@@ -29,12 +29,12 @@ from typing import Any, Callable, Iterable, Iterator, Literal
 from daskqueue import defaults
 from daskqueue.errors import (JoinTimeoutError, NoConsumersError, QueueCallTimeoutError, QueueLostError,
                               QueueMovedError, RemoteTaskError)
+from daskqueue.queue.call_checks import check_map_call, require_consumers
 from daskqueue.queue.options import Eta
 from daskqueue.queue.router import waves
-from daskqueue.queue.submitting import check_key_function
 from daskqueue.results import MapClaim
 from daskqueue.serialize import pickle_function
-from daskqueue.validate import check_choice, check_number
+from daskqueue.validate import check_number
 
 __all__ = ["Streaming", "StreamClaim", "default_window"]
 
@@ -203,22 +203,12 @@ class Streaming:
     outcomes: Any
     collector: Any
 
-    def imap(
-        self,
-        func: Callable[..., Any],
-        iterable: Iterable[Any],
-        *,
-        window: int | None = None,
-        timeout_s: float | None = None,
-        errors: Literal["raise", "return"] = "raise",
-        priority: int = 0,
-        type: str | None = None,
-        delay_s: float = 0.0,
-        eta: Eta = None,
-        key: Callable[[Any], str] | None = None,
-        time_limit_s: float | None = None,
-    ) -> Iterator[Any]:
+    def imap(self, func: Callable[..., Any], iterable: Iterable[Any], **options: Any) -> Iterator[Any]:
         """Yield ``func(x)`` for each ``x`` of ``iterable``, in input order, as they arrive.
+
+        Options (keyword-only; see :meth:`_stream` for their types and defaults): ``window``,
+        ``timeout_s``, ``errors``, and :meth:`map`'s message options ``priority``, ``type``,
+        ``delay_s``, ``eta``, ``key``, ``time_limit_s``.
 
         The input is pulled lazily, a chunk at a time, and at most ``window`` tasks are in
         flight (put and not yet yielded), so client memory is bounded by the window, not by
@@ -233,22 +223,31 @@ class Streaming:
         :class:`RemoteTaskError` at its position (``errors="raise"``), or is yielded in its
         place (``errors="return"``). ``timeout_s`` bounds each wait for the next result
         (:class:`JoinTimeoutError`); if no consumer pool is started, or they all stop while
-        tasks wait, :class:`NoConsumersError` is raised. The options are :meth:`map`'s; they
-        are validated (and consumers checked) at the call, before the first ``next()``.
+        tasks wait, :class:`NoConsumersError` is raised; a transient queue lost with its
+        worker raises its :class:`QueueLostError`. The options are validated (and consumers
+        checked) at the call, before the first ``next()``.
 
         Closing the iterator early (``break``, or its error) stops it: nothing more is
         pulled or put; the tasks already put run, and their outcomes are dropped. Use from
         one thread at a time, like the pool.
         """
-        return self._stream(func, iterable, ordered=True, window=window, timeout_s=timeout_s, errors=errors,
-                            priority=priority, type=type, delay_s=delay_s, eta=eta, key=key,
-                            time_limit_s=time_limit_s)
+        return self._stream(func, iterable, ordered=True, **options)
 
-    def imap_unordered(
+    def imap_unordered(self, func: Callable[..., Any], iterable: Iterable[Any], **options: Any) -> Iterator[Any]:
+        """:meth:`imap` (the same options), but each result is yielded as soon as it arrives,
+        in no set order (so a slow task holds up nothing behind it, though its chunk keeps its
+        place in the window until it ends). A failed task raises (or, with
+        ``errors="return"``, is yielded) when its failure arrives."""
+        return self._stream(func, iterable, ordered=False, **options)
+
+    # -- the stream -------------------------------------------------------------------------------
+
+    def _stream(
         self,
         func: Callable[..., Any],
         iterable: Iterable[Any],
         *,
+        ordered: bool,
         window: int | None = None,
         timeout_s: float | None = None,
         errors: Literal["raise", "return"] = "raise",
@@ -259,33 +258,16 @@ class Streaming:
         key: Callable[[Any], str] | None = None,
         time_limit_s: float | None = None,
     ) -> Iterator[Any]:
-        """:meth:`imap`, but each result is yielded as soon as it arrives, in no set order
-        (so a slow task holds up nothing behind it, though its chunk keeps its place in the
-        window until it ends). A failed task raises (or, with ``errors="return"``, is yielded)
-        when its failure arrives."""
-        return self._stream(func, iterable, ordered=False, window=window, timeout_s=timeout_s, errors=errors,
-                            priority=priority, type=type, delay_s=delay_s, eta=eta, key=key,
-                            time_limit_s=time_limit_s)
-
-    # -- the stream -------------------------------------------------------------------------------
-
-    def _stream(self, func: Callable[..., Any], iterable: Iterable[Any], *, ordered: bool, window: int | None,
-                timeout_s: float | None, errors: str, key: Callable[[Any], str] | None,
-                **put: Any) -> Iterator[Any]:
-        """Validate everything now; return the generator that streams."""
-        check_choice("errors", errors, ("raise", "return"))
-        check_number("timeout_s", timeout_s, above=0, none_ok=True)
-        check_key_function(key)
-        options = self._put_options(put["type"], put["priority"], None, put["delay_s"], put["eta"],  # type: ignore[attr-defined]
-                                    put["time_limit_s"])
+        """The options of :meth:`imap` and :meth:`imap_unordered`, all validated now;
+        return the generator that streams."""
+        check_map_call(errors=errors, timeout_s=timeout_s, key=key)
+        options = self._put_options(type, priority, None, delay_s, eta, time_limit_s)  # type: ignore[attr-defined]
         spread = self.router.spread(self._route(options))  # type: ignore[attr-defined]
         round_size = self.config.put_batch_size * spread
         if window is None:
             window = default_window(self.config.put_batch_size, spread)
         check_number("window", window, above=0, integer=True)
-        if not self.has_running_consumers():  # type: ignore[attr-defined]
-            raise NoConsumersError(f"imap() needs a started ConsumerPool on {self!r}: create one "
-                                   "and call start() first")
+        require_consumers(self, "imap" if ordered else "imap_unordered")
         function = pickle_function(func) if key is None else None
 
         def send(items: list[Any]) -> StreamClaim:
