@@ -246,9 +246,18 @@ class Outcomes:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         wanted = None if ids is None else set(ids)
         collector = self.collector
+        cursor = None
+
+        def take() -> list[tuple[int, Any]]:
+            nonlocal cursor
+            if wanted is None:
+                return collector.take(None)
+            got, cursor = collector.take_since(wanted, cursor)
+            return got
+
         while wanted is None or wanted:
             self._poll_until(deadline, timeout_s)
-            batch = collector.take(wanted)
+            batch = take()
             if batch:
                 if wanted is not None:
                     wanted.difference_update(i for i, _ in batch)
@@ -256,7 +265,7 @@ class Outcomes:
                 continue
             if self.settled_all(inflight, deadline, timeout_s):
                 self._poll_until(deadline, timeout_s)
-                batch = collector.take(wanted)
+                batch = take()
                 if batch:
                     yield batch
                 if wanted is not None:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from daskqueue.errors import QueueMovedError, RemoteTaskError, SerializationError
 from daskqueue.messages import MAX_QUEUES, decode_error, make_id, split_id
+from daskqueue.arrivals import Arrivals, Cursor
 from daskqueue.moved import MovedIds
 from daskqueue.serialize import ResultRecord
 
@@ -143,6 +144,8 @@ class ResultCollector:
         self._claims: list[list[tuple[int, MapClaim, int]]] = [[] for _ in range(n_queues)]
         self.results: dict[int, Any] = {}
         self.failures: dict[int, RemoteTaskError] = {}
+        #: The order the two dicts were filed in (see :meth:`take_since`).
+        self._arrivals = Arrivals()
         self._lock = threading.RLock()
         self._closing: list[MapClaim] = []  # see release_when_complete
         #: Queues removed from the pool (drained, their outcomes fetched): not polled.
@@ -173,6 +176,7 @@ class ResultCollector:
             if ids is None:
                 out = list(self.results.items()) + list(self.failures.items())
                 self.results, self.failures = {}, {}
+                self._arrivals.clear()
                 self.forget_consumers()
                 return out
             # Walk the smaller side: ``as_completed(ids)`` over a 100,000-id chunk takes a
@@ -181,6 +185,24 @@ class ResultCollector:
             if not self.results:
                 self.forget_consumers()
             return out
+
+    def take_since(self, ids: set[int], cursor: Cursor | None) -> tuple[list[tuple[int, Any]], Cursor]:
+        """:meth:`take` of ``ids`` for a caller that takes repeatedly (``as_completed``): it
+        passes back the cursor it got, and only outcomes filed since are looked at (None,
+        the first time: all of them). Returns the outcomes taken and the next cursor."""
+        with self._lock:
+            new = self._arrivals.since(cursor)
+            if new is None:
+                out = _pop_wanted(self.results, ids) + _pop_wanted(self.failures, ids)
+            else:
+                results, failures = self.results, self.failures
+                out = [(i, results.pop(i)) for i in new if i in ids and i in results]
+                out += [(i, failures.pop(i)) for i in new if i in ids and i in failures]
+            held = len(self.results) + len(self.failures)
+            self._arrivals.compact(held, lambda i: i in self.results or i in self.failures)
+            if not self.results:
+                self.forget_consumers()
+            return out, self._arrivals.end()
 
     def take_all(self, which: str) -> dict[int, Any]:
         """Remove and return every result (``which="results"``) or failure (``"failures"``),
@@ -378,7 +400,9 @@ class ResultCollector:
         owner = self._owner(q, first) if self._claim_starts[q] else None
         if owner is None:
             # Ids of consecutive seqs step by MAX_QUEUES: a range, not a make_id call each.
-            self.results.update(zip(range(make_id(q, first), make_id(q, first + len(values)), MAX_QUEUES), values))
+            ids = range(make_id(q, first), make_id(q, first + len(values)), MAX_QUEUES)
+            self.results.update(zip(ids, values))
+            self._arrivals.add(ids)
         else:
             claim, position = owner
             claim.succeed(position, values)
@@ -403,6 +427,7 @@ class ResultCollector:
         owner = self._owner(q, seq) if self._claim_starts[q] else None
         if owner is None:
             self.failures[error.task_id] = error
+            self._arrivals.add((error.task_id,))
         else:
             claim, position = owner
             claim.fail(position, error)
