@@ -55,8 +55,9 @@ class Arrivals:
         self._ids = []
         self._epoch += 1
 
-    def compact(self, held: int, is_held: Callable[[int], bool]) -> None:
-        """Drop the ids no longer held once the log outgrew the ``held`` outcomes."""
-        if len(self._ids) > 2 * held + _SLACK:
-            self._ids = [i for i in self._ids if is_held(i)]
+    def compact(self, held: Callable[[], list[int]], n_held: int) -> None:
+        """Once the log outgrew the ``n_held`` outcomes still held, replace it by ``held()``
+        (their ids; their order no longer matters: every cursor is then out of date)."""
+        if len(self._ids) > 2 * n_held + _SLACK:
+            self._ids = held()
             self._epoch += 1

@@ -172,37 +172,37 @@ class ResultCollector:
         """Remove and return the outcomes received: ``(task_id, value)`` of a success and
         ``(task_id, RemoteTaskError)`` of a failure; only those of ``ids`` if given. Taking
         everything replaces the dicts, so the memory they held is freed."""
+        got, values, _ = self.take_since(ids, None)
+        return list(zip(got, values))
+
+    def take_since(self, ids: set[int] | None, cursor: Cursor | None) -> tuple[list[int], list[Any], Cursor]:
+        """:meth:`take`, as two lists (ids and their outcomes), for a caller that takes
+        repeatedly (``as_completed``): it passes back the cursor it got, and only outcomes
+        filed since are looked at (None, the first time: all of them).
+
+        Two flat lists rather than a pair per outcome: a batch of 100,000 pairs lived long
+        enough to be promoted to the collector's oldest generation, and the full
+        collections that followed cost more than all the rest of ``as_completed``."""
         with self._lock:
+            results, failures = self.results, self.failures
             if ids is None:
-                out = list(self.results.items()) + list(self.failures.items())
+                got = list(results) + list(failures)
+                values = list(results.values()) + list(failures.values())
                 self.results, self.failures = {}, {}
                 self._arrivals.clear()
                 self.forget_consumers()
-                return out
-            # Walk the smaller side: ``as_completed(ids)`` over a 100,000-id chunk takes a
-            # poll's worth at a time, and scanning every wanted id per poll was quadratic.
-            out = _pop_wanted(self.results, ids) + _pop_wanted(self.failures, ids)
-            if not self.results:
-                self.forget_consumers()
-            return out
-
-    def take_since(self, ids: set[int], cursor: Cursor | None) -> tuple[list[tuple[int, Any]], Cursor]:
-        """:meth:`take` of ``ids`` for a caller that takes repeatedly (``as_completed``): it
-        passes back the cursor it got, and only outcomes filed since are looked at (None,
-        the first time: all of them). Returns the outcomes taken and the next cursor."""
-        with self._lock:
+                return got, values, self._arrivals.end()
             new = self._arrivals.since(cursor)
             if new is None:
-                out = _pop_wanted(self.results, ids) + _pop_wanted(self.failures, ids)
+                got_r, got_f = _wanted(results, ids), _wanted(failures, ids)
             else:
-                results, failures = self.results, self.failures
-                out = [(i, results.pop(i)) for i in new if i in ids and i in results]
-                out += [(i, failures.pop(i)) for i in new if i in ids and i in failures]
-            held = len(self.results) + len(self.failures)
-            self._arrivals.compact(held, lambda i: i in self.results or i in self.failures)
-            if not self.results:
+                got_r = [i for i in new if i in ids and i in results]
+                got_f = [i for i in new if i in ids and i in failures] if failures else []
+            values = list(map(results.pop, got_r)) + list(map(failures.pop, got_f))
+            self._arrivals.compact(lambda: list(results) + list(failures), len(results) + len(failures))
+            if not results:
                 self.forget_consumers()
-            return out, self._arrivals.end()
+            return got_r + got_f, values, self._arrivals.end()
 
     def take_all(self, which: str) -> dict[int, Any]:
         """Remove and return every result (``which="results"``) or failure (``"failures"``),
@@ -443,13 +443,10 @@ class ResultCollector:
         return n
 
 
-def _pop_wanted(found: dict[int, Any], ids: set[int]) -> list[tuple[int, Any]]:
-    """Remove and return the ``(id, value)`` of ``found`` whose id is in ``ids``, walking
-    whichever of the two is smaller."""
+def _wanted(found: dict[int, Any], ids: set[int]) -> list[int]:
+    """The ids of ``found`` that are in ``ids``, walking whichever of the two is smaller."""
     if not found:
         return []
     if len(found) < len(ids):
-        hits = [i for i in found if i in ids]
-    else:
-        hits = [i for i in ids if i in found]
-    return [(i, found.pop(i)) for i in hits]
+        return [i for i in found if i in ids]
+    return [i for i in ids if i in found]

@@ -23,9 +23,10 @@ def test_compaction_keeps_held_ids_and_moves_the_epoch() -> None:
     log = Arrivals()
     log.add(range(300_000))
     cursor = log.end()
-    log.compact(10, lambda i: i < 10)
+    log.compact(lambda: list(range(10)), 10)
     assert len(log) == 10 and log.since(cursor) is None
-    log.compact(10, lambda i: True)  # short enough: nothing happens
+    log.compact(lambda: [], 10)  # short enough: nothing happens
+    assert len(log) == 10
     assert log.since(log.end()) == []
 
 
@@ -35,12 +36,12 @@ def test_collector_take_since_only_new_and_wanted() -> None:
 
     c = ResultCollector(2, call=None, answer=None)  # type: ignore[arg-type]  (no queue is called)
     c._succeed_here(0, 0, list(range(10)))  # outcomes of seqs 0..9 of queue 0, as a poll files them
-    got, cursor = c.take_since({make_id(0, s) for s in range(5)}, None)
-    assert sorted(v for _, v in got) == [0, 1, 2, 3, 4]
+    got, values, cursor = c.take_since({make_id(0, s) for s in range(5)}, None)
+    assert sorted(values) == [0, 1, 2, 3, 4] and sorted(got) == [make_id(0, s) for s in range(5)]
     c._succeed_here(0, 10, [10, 11])
     wanted = {make_id(0, 11), make_id(0, 7)}
-    got, cursor = c.take_since(wanted, cursor)
-    assert [v for _, v in got] == [11]  # 7 was filed before the cursor: this taker did not want it then
-    got, _ = c.take_since(wanted, None)  # a new taker scans everything held
-    assert [v for _, v in got] == [7]
+    _, values, cursor = c.take_since(wanted, cursor)
+    assert values == [11]  # 7 was filed before the cursor: this taker did not want it then
+    _, values, _ = c.take_since(wanted, None)  # a new taker scans everything held
+    assert values == [7]
     assert sorted(c.results) == [make_id(0, s) for s in (5, 6, 8, 9, 10)]
