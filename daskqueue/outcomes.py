@@ -30,7 +30,8 @@ from daskqueue.results import MapClaim, ResultCollector
 
 __all__ = ["Outcomes", "join_counts"]
 
-Batch = list[tuple[int, Any]]
+#: One poll's outcomes, ``(task_id, outcome)`` pairs made as they are read (``zip``).
+Batch = Iterator[tuple[int, Any]]
 
 logger = logging.getLogger("daskqueue")
 
@@ -246,21 +247,22 @@ class Outcomes:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         wanted = None if ids is None else set(ids)
         collector = self.collector
+        cursor = None
         while wanted is None or wanted:
             self._poll_until(deadline, timeout_s)
-            batch = collector.take(wanted)
-            if batch:
+            got, values, cursor = collector.take_since(wanted, cursor)
+            if got:
                 if wanted is not None:
-                    wanted.difference_update(i for i, _ in batch)
-                yield batch
+                    wanted.difference_update(got)
+                yield zip(got, values)
                 continue
             if self.settled_all(inflight, deadline, timeout_s):
                 self._poll_until(deadline, timeout_s)
-                batch = collector.take(wanted)
-                if batch:
-                    yield batch
+                got, values, cursor = collector.take_since(wanted, cursor)
+                if got:
+                    yield zip(got, values)
                 if wanted is not None:
-                    wanted.difference_update(i for i, _ in batch)
+                    wanted.difference_update(got)
                     if wanted:
                         raise ConfigurationError(
                             f"{len(wanted):,} of the ids (e.g. {min(wanted)}) have no outcome to come: "

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from daskqueue.errors import QueueMovedError, RemoteTaskError, SerializationError
-from daskqueue.messages import decode_error, make_id, split_id
+from daskqueue.messages import MAX_QUEUES, decode_error, make_id, split_id
+from daskqueue.arrivals import Arrivals, Cursor
 from daskqueue.moved import MovedIds
 from daskqueue.serialize import ResultRecord
 
@@ -145,6 +146,8 @@ class ResultCollector:
         self._claims: list[list[tuple[int, MapClaim, int]]] = [[] for _ in range(n_queues)]
         self.results: dict[int, Any] = {}
         self.failures: dict[int, RemoteTaskError] = {}
+        #: The order the two dicts were filed in (see :meth:`take_since`).
+        self._arrivals = Arrivals()
         self._lock = threading.RLock()
         self._closing: list[MapClaim] = []  # see release_when_complete
         #: Queues removed from the pool (drained, their outcomes fetched): not polled.
@@ -171,17 +174,37 @@ class ResultCollector:
         """Remove and return the outcomes received: ``(task_id, value)`` of a success and
         ``(task_id, RemoteTaskError)`` of a failure; only those of ``ids`` if given. Taking
         everything replaces the dicts, so the memory they held is freed."""
+        got, values, _ = self.take_since(ids, None)
+        return list(zip(got, values))
+
+    def take_since(self, ids: set[int] | None, cursor: Cursor | None) -> tuple[list[int], list[Any], Cursor]:
+        """:meth:`take`, as two lists (ids and their outcomes), for a caller that takes
+        repeatedly (``as_completed``): it passes back the cursor it got, and only outcomes
+        filed since are looked at (None, the first time: all of them).
+
+        Two flat lists rather than a pair per outcome: a batch of 100,000 pairs lived long
+        enough to be promoted to the collector's oldest generation, and the full
+        collections that followed cost more than all the rest of ``as_completed``."""
         with self._lock:
+            results, failures = self.results, self.failures
             if ids is None:
-                out = list(self.results.items()) + list(self.failures.items())
+                got = list(results) + list(failures)
+                values = list(results.values()) + list(failures.values())
                 self.results, self.failures = {}, {}
+                self._arrivals.clear()
                 self.forget_consumers()
-                return out
-            out = [(i, self.results.pop(i)) for i in ids if i in self.results]
-            out += [(i, self.failures.pop(i)) for i in ids if i in self.failures]
-            if not self.results:
+                return got, values, self._arrivals.end()
+            new = self._arrivals.since(cursor)
+            if new is None:
+                got_r, got_f = _wanted(results, ids), _wanted(failures, ids)
+            else:
+                got_r = [i for i in new if i in ids and i in results]
+                got_f = [i for i in new if i in ids and i in failures] if failures else []
+            values = list(map(results.pop, got_r)) + list(map(failures.pop, got_f))
+            self._arrivals.compact(lambda: list(results) + list(failures), len(results) + len(failures))
+            if not results:
                 self.forget_consumers()
-            return out
+            return got_r + got_f, values, self._arrivals.end()
 
     def take_all(self, which: str) -> dict[int, Any]:
         """Remove and return every result (``which="results"``) or failure (``"failures"``),
@@ -378,7 +401,10 @@ class ResultCollector:
     def _succeed_here(self, q: int, first: int, values: list[Any]) -> None:
         owner = self._owner(q, first) if self._claim_starts[q] else None
         if owner is None:
-            self.results.update(zip((make_id(q, s) for s in range(first, first + len(values))), values))
+            # Ids of consecutive seqs step by MAX_QUEUES: a range, not a make_id call each.
+            ids = range(make_id(q, first), make_id(q, first + len(values)), MAX_QUEUES)
+            self.results.update(zip(ids, values))
+            self._arrivals.add(ids)
         else:
             claim, position = owner
             claim.succeed(position, values)
@@ -403,6 +429,7 @@ class ResultCollector:
         owner = self._owner(q, seq) if self._claim_starts[q] else None
         if owner is None:
             self.failures[error.task_id] = error
+            self._arrivals.add((error.task_id,))
         else:
             claim, position = owner
             claim.fail(position, error)
@@ -417,3 +444,12 @@ class ResultCollector:
                 n += 1
         self.dead_received += n
         return n
+
+
+def _wanted(found: dict[int, Any], ids: set[int]) -> list[int]:
+    """The ids of ``found`` that are in ``ids``, walking whichever of the two is smaller."""
+    if not found:
+        return []
+    if len(found) < len(ids):
+        return [i for i in found if i in ids]
+    return [i for i in ids if i in found]

@@ -139,7 +139,7 @@ class Sender:
                 if not keep_ids:
                     continue
             if isinstance(pos, range) and pos.step == 1:
-                ids[pos.start : pos.stop] = [(s << QUEUE_INDEX_BITS) | q for s in range(first_seq, first_seq + count)]
+                ids[pos.start : pos.stop] = range(make_id(q, first_seq), make_id(q, first_seq + count), 1 << QUEUE_INDEX_BITS)
             else:
                 for k, p in enumerate(pos):
                     ids[p] = make_id(q, first_seq + k)
