@@ -28,13 +28,13 @@ from daskqueue import defaults, registry
 from daskqueue.errors import ConfigurationError, PoolClosedError, QueueClosedError, QueueLostError
 from daskqueue.outcomes import Outcomes
 from daskqueue.producers import OWNER, ProducerSpec, new_map_tag, new_producer_tag
+from daskqueue.queue.attached_follow import HandleCollector, NoQueue, follower_of
 from daskqueue.queue.config import PoolConfig
 from daskqueue.queue.handles import WorkerActor
 from daskqueue.queue.pool import QueuePool
 from daskqueue.queue.router import Router
 from daskqueue.queue.sending import Sender
 from daskqueue.queue.table import Pending, QueueTable
-from daskqueue.results import ResultCollector
 
 __all__ = ["PoolHandle", "LoopQueue", "attach_by_name", "build_handle", "unpickle_pool"]
 
@@ -278,6 +278,9 @@ class PoolHandle(QueuePool):
     def _check_open(self) -> None:
         if self._closed:
             raise QueueClosedError(f"{self!r} is closed")
+        follow = getattr(self.collector, "follow", None)
+        if follow is not None:  # an attached handle: puts go to the queues added since too
+            follow()
 
 
 def build_handle(spec: ProducerSpec, handles: list[Any], client: Any, *, role: str,
@@ -289,7 +292,7 @@ def build_handle(spec: ProducerSpec, handles: list[Any], client: Any, *, role: s
     pool.config, pool.time_limit_s, pool.client, pool.name = config, spec.time_limit_s, client, spec.name
     pool.spec, pool.producer, pool._role, pool._closed = spec, spec.producer, role, False
     n = len(handles)
-    pool.collector = ResultCollector(n, pool._call, pool._answer, producer=spec.producer)
+    pool.collector = HandleCollector(n, pool._call, pool._answer, producer=spec.producer)
     table = HandleTable(config.durability, list(handles), [None] * n, scheduler_lost=_scheduler_lost(client),
                         settled=lambda q: pool.collector.settled[q], dirpath=config.dirpath)
     table.pool_name = spec.name
@@ -317,23 +320,17 @@ def _handles_from_refs(refs: dict[int, Any], n: int, *, on_worker: bool) -> tupl
     for q in range(n):
         ref = refs.get(q)
         if ref is None:
-            handles.append(_NoQueue(q))
+            handles.append(NoQueue(q))
             missing.add(q)
             continue
-        actor = registry.actor_from_ref(tuple(ref))
-        # On a worker, a handle that holds no Dask future (see WorkerActor).
-        handles.append(WorkerActor(actor._cls, actor._address, actor.key) if on_worker else actor)
+        handles.append(_handle_from_ref(ref, on_worker=on_worker))
     return handles, missing
 
 
-class _NoQueue:
-    """The place of a queue that did not serve when the handle was made (removed, moving)."""
-
-    _future = None
-    _address = ""
-
-    def __init__(self, q: int) -> None:
-        self.key = f"no-queue-{q}"
+def _handle_from_ref(ref: Any, *, on_worker: bool) -> Any:
+    actor = registry.actor_from_ref(tuple(ref))
+    # On a worker, a handle that holds no Dask future (see WorkerActor).
+    return WorkerActor(actor._cls, actor._address, actor.key) if on_worker else actor
 
 
 def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> PoolHandle:
@@ -356,6 +353,9 @@ def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> Po
                         client.scheduler.address)
     pool = build_handle(spec, handles, client, role="attached" if producer is None else "task", removed=missing)
     pool.table.refresh = lambda q: _registered_handle(client, name, q)
+    # It follows the queues the owner adds and removes (see queue/attached_follow.py).
+    pool.collector.follow = follower_of(pool, lambda: registry.registered_pool(client, name),
+                                        lambda ref: _handle_from_ref(ref, on_worker=False))
     logger.info("%r attached", pool)
     return pool
 
