@@ -230,6 +230,8 @@ class ResultCollector:
         producer now in ``record.queue`` were given other ids. Read before their outcomes."""
         for given_first, count, given_queue, new_first in moved_runs(record):
             self._moves.add([(given_first, count, record.queue, new_first)], given_queue)
+            for seq in range(given_first, given_first + count) if self.failures else ():
+                self.failures.pop(make_id(given_queue, seq), None)  # a replayed dead letter runs again
 
     def given_id(self, q: int, seq: int) -> tuple[int, int]:
         """``(queue, seq)`` of the id that message ``seq`` of queue ``q`` was given."""

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from daskqueue import QueuePool
+from daskqueue import QueuePool, RemoteTaskError
 from daskqueue.messages import split_id
 from tests import tasks
 from tests.helpers import wait_until
@@ -87,4 +87,21 @@ def test_an_attached_handle_follows_queues_added_and_removed_after_it_attached(c
     later = attached.batch_submit([(tasks.double, i) for i in range(30)])
     assert {split_id(i)[0] for i in later} <= {1, 2}
     assert [attached.result(i, timeout_s=30) for i in later] == [2 * i for i in range(30)]
+    attached.close()
+
+
+@pytest.mark.timeout(120)
+def test_an_attached_producer_gets_the_outcome_of_its_dead_letter_replayed_by_the_owner(client, pools, tmp_path):
+    qp = pools.queue(2, name="attach-moved-replay", max_retries=0)
+    cp = pools.consumer(qp, isolation="thread")
+    cp.start()
+    attached = QueuePool.attach(client, "attach-moved-replay")
+    flag = tmp_path / "ready"
+    task = attached.submit(tasks.fail_unless_exists, 7, str(flag))
+    with pytest.raises(RemoteTaskError):
+        attached.result(task, timeout_s=30)
+    flag.write_text("")
+    assert qp.replay_dead() == 1
+    wait_until(lambda: attached.results().get(task) == 7, timeout_s=30, interval_s=0.1)
+    assert task not in attached.failures() and len(attached.results()) == 1
     attached.close()

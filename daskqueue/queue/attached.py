@@ -28,7 +28,7 @@ from daskqueue import defaults, registry
 from daskqueue.errors import ConfigurationError, PoolClosedError, QueueClosedError, QueueLostError
 from daskqueue.outcomes import Outcomes
 from daskqueue.producers import OWNER, ProducerSpec, new_map_tag, new_producer_tag
-from daskqueue.queue.attached_follow import HandleCollector, NoQueue, follower_of
+from daskqueue.queue.attached_follow import HandleCollector, NoQueue, apply_entry, follower_of
 from daskqueue.queue.config import PoolConfig
 from daskqueue.queue.handles import WorkerActor
 from daskqueue.queue.pool import QueuePool
@@ -356,6 +356,7 @@ def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> Po
     # It follows the queues the owner adds and removes (see queue/attached_follow.py).
     pool.collector.follow = follower_of(pool, lambda: registry.registered_pool(client, name),
                                         lambda ref: _handle_from_ref(ref, on_worker=False))
+    apply_entry(pool, entry, lambda ref: _handle_from_ref(ref, on_worker=False))  # a queue being removed
     logger.info("%r attached", pool)
     return pool
 

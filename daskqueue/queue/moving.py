@@ -188,6 +188,17 @@ class MovingMixin:
             out.append((producer, *self._adopted.given(self.index, span.first_seq)) if producer else None)
         return out
 
+    def _note_replayed(self, dead: list[Any], ranges: list[tuple[int, int]]) -> None:
+        """Dead letters ``dead`` were put back here at ``ranges`` (``replay_dead``): file a
+        moved record for those of attached producers, as ``adopt`` does (call it right after
+        the put, with no await in between: before any of them can be delivered)."""
+        origins: list[Origin] = []
+        for d in dead:
+            producer = getattr(d.chunk.meta, "producer", 0) or 0
+            origins.append((producer, *self._adopted.given(self.index, d.seq)) if producer else None)
+        if any(origins):
+            self._note_moved(ranges, origins)
+
     def _note_moved(self, ranges: list[tuple[int, int]], origins: list[Origin]) -> None:
         """File one moved record per attached producer for the groups of ``origins`` that
         now have ``ranges`` here, and remember their given ids (they may move on)."""
