@@ -16,9 +16,13 @@ from tests.helpers import wait_until
 
 
 @pytest.mark.timeout(120)
-def test_an_attached_producer_gets_the_outcomes_of_its_messages_moved_off_a_removed_queue(client, pools):
-    qp = pools.queue(2, name="attach-moved-remove")
-    attached = QueuePool.attach(client, "attach-moved-remove")
+@pytest.mark.parametrize("durability", ["transient", "durable"])
+def test_an_attached_producer_gets_the_outcomes_of_its_messages_moved_off_a_removed_queue(client, pools, tmp_path,
+                                                                                         durability):
+    name = f"attach-moved-remove-{durability}"
+    qp = pools.queue(2, name=name, durability=durability,
+                     dirpath=tmp_path / "q" if durability == "durable" else None)
+    attached = QueuePool.attach(client, name)
     ids = attached.batch_submit([(tasks.double, i) for i in range(40)])
     owners = qp.batch_submit([(tasks.double, i) for i in range(100, 120)])
     assert {split_id(i)[0] for i in ids} == {0, 1}
@@ -104,4 +108,17 @@ def test_an_attached_producer_gets_the_outcome_of_its_dead_letter_replayed_by_th
     assert qp.replay_dead() == 1
     wait_until(lambda: attached.results().get(task) == 7, timeout_s=30, interval_s=0.1)
     assert task not in attached.failures() and len(attached.results()) == 1
+    attached.close()
+
+
+@pytest.mark.timeout(120)
+def test_the_outcomes_an_attached_producer_had_not_read_from_a_removed_queue_reach_it(client, pools):
+    qp = pools.queue(2, name="attach-moved-unread")
+    cp = pools.consumer(qp, isolation="thread")
+    cp.start()
+    attached = QueuePool.attach(client, "attach-moved-unread")
+    ids = attached.batch_submit([(tasks.double, i) for i in range(40)])
+    wait_until(lambda: sum(s.pending for s in qp.stats()) == 0, timeout_s=30)  # all ran; none read yet
+    qp.remove_queue(1, timeout_s=60)
+    assert [attached.result(i, timeout_s=30) for i in ids] == [2 * i for i in range(40)]
     attached.close()
