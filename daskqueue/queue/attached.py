@@ -8,7 +8,8 @@ nothing more. When the owner closes the pool, its calls raise :class:`PoolClosed
 Three kinds (see :mod:`daskqueue.producers` for who gets which):
 
 * *attached* (``QueuePool.attach(client, name)``, a client in any process): a fresh producer
-  tag; it reads exactly the outcomes of what it submitted;
+  tag; it reads exactly the outcomes of what it submitted, also of messages the owner moved,
+  and follows the queues the owner adds and removes (see :mod:`daskqueue.queue.attached_follow`);
 * *task* handles (``get_pool()``, or a pool unpickled on a worker): the producer tag of the
   running message (or of the pool pickled), so that the follow-ups' outcomes go to whoever
   submitted the parent. Such a handle submits but does not read outcomes (they are its
