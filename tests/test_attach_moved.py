@@ -122,3 +122,19 @@ def test_the_outcomes_an_attached_producer_had_not_read_from_a_removed_queue_rea
     qp.remove_queue(1, timeout_s=60)
     assert [attached.result(i, timeout_s=30) for i in ids] == [2 * i for i in range(40)]
     attached.close()
+
+
+@pytest.mark.timeout(120)
+def test_an_attached_producers_messages_moved_twice_keep_their_ids(client, pools):
+    qp = pools.queue(3, name="attach-moved-twice")
+    attached = QueuePool.attach(client, "attach-moved-twice")
+    ids = attached.batch_submit([(tasks.double, i) for i in range(60)])
+    assert {split_id(i)[0] for i in ids} == {0, 1, 2}
+    qp.remove_queue(1, timeout_s=60)  # to queues 0 and 2; then all of queue 0's to queue 2
+    qp.remove_queue(0, timeout_s=60)
+    assert [s.pending for s in qp.stats() if s.index == 2] == [60]
+    cp = pools.consumer(qp, isolation="thread")
+    cp.start()
+    assert [attached.result(i, timeout_s=30) for i in ids] == [2 * i for i in range(60)]
+    assert sorted(attached.results()) == sorted(ids)
+    attached.close()
