@@ -138,3 +138,39 @@ def test_an_attached_producers_messages_moved_twice_keep_their_ids(client, pools
     assert [attached.result(i, timeout_s=30) for i in ids] == [2 * i for i in range(60)]
     assert sorted(attached.results()) == sorted(ids)
     attached.close()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("change", ["remove_queue", "add_queues"])
+def test_a_producer_in_another_process_maps_exactly_while_the_owner_moves_its_messages(client, pools, change):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    name = f"attach-moved-process-{change}"
+    qp = pools.queue(2, name=name)
+    cp = pools.consumer(qp, n_consumers=1, max_concurrency=1, isolation="thread")
+    cp.start()
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    other = subprocess.Popen([sys.executable, "-m", "tests.attach_moved_client", client.scheduler.address, name],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=root)
+    try:
+        # Its map's messages wait in both queues (one slow consumer).
+        wait_until(lambda: all(s.ready >= 20 for s in qp.stats()), timeout_s=60, interval_s=0.05)
+        if change == "remove_queue":
+            assert qp.remove_queue(1, timeout_s=90) > 0
+        else:
+            assert qp.add_queues(1) == [2]
+            assert [s for s in qp.stats() if s.index == 2][0].total_put > 0  # keys moved there
+        out, err = other.communicate(timeout=120)
+    finally:
+        if other.poll() is None:
+            other.kill()
+    assert other.returncode == 0, err.decode()[-3000:]
+    got = json.loads(out)
+    assert got["map"] == list(range(300))
+    assert got["results"] == 0 and got["failures"] == 0
+    assert qp.results() == {}  # none of its outcomes in the owner's

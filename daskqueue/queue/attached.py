@@ -91,6 +91,7 @@ class HandleTable(QueueTable):
     pool_name = ""
     refresh: Any = None
     on_removed: Any = None  # called with a queue the owner removed: the handle stops using it
+    removed_by_owner: Any = None  # q -> whether the registry lists queue q as removed
 
     def answer(self, q: int, pending: Pending, deadline: float | None = None) -> Any:
         try:
@@ -127,15 +128,34 @@ class HandleTable(QueueTable):
         if self.refresh is None:
             return super().await_move(q, handle)
         deadline = time.monotonic() + defaults.MOVE_WAIT_S
-        while self.handles[q] is handle and q not in self.lost and time.monotonic() < deadline:
+        while self.handles[q] is handle and q not in self.lost and q not in self.removed \
+                and time.monotonic() < deadline:
             self._follow(q, handle)
             if self.handles[q] is handle:
                 time.sleep(defaults.POLL_INTERVAL_S * 5)
 
     def lost_error(self, q: int, handle: Any = None, *, unsent: int = 0) -> QueueLostError:
+        """Also: a queue the owner removed (the registry lists it so) is gone as removed, not
+        lost: its actor is released, so a call to it may fail as if its worker died."""
+        if q in self.removed or (q not in self.lost and self._removed_by_owner(q)):
+            if q not in self.removed and self.on_removed is not None:
+                self.on_removed(q)
+            return QueueClosedError(  # type: ignore[return-value]
+                f"queue {q} of pool {self.pool_name!r} was removed by its owner (the pool is open): "
+                "nothing more goes to that queue")
         if self.refresh is not None and self.durability == "durable":
             self._follow(q, self.handles[q] if handle is None else handle)
         return super().lost_error(q, handle, unsent=unsent)
+
+    def _removed_by_owner(self, q: int) -> bool:
+        """Whether the registry lists queue ``q`` as removed by the pool's owner."""
+        if self.removed_by_owner is None:
+            return False
+        try:
+            return bool(self.removed_by_owner(q))
+        except Exception as e:  # the registry is for finding pools: the caller's error stands
+            logger.debug("queue %d: registry not read: %s", q, e)
+            return False
 
     def gone(self, q: int, handle: Any) -> bool:
         """Also asks the registry (while a call waits, once a slice): a call in flight when
@@ -144,7 +164,7 @@ class HandleTable(QueueTable):
             return True
         if self.refresh is not None:
             self._follow(q, handle)
-        return q in self.lost or handle is not self.handles[q]
+        return q in self.lost or q in self.removed or handle is not self.handles[q]
 
     def _follow(self, q: int, handle: Any) -> None:
         """Look queue ``q`` up in the registry: moved (another actor), lost (a transient
@@ -159,6 +179,9 @@ class HandleTable(QueueTable):
         if new is not None and (new.key, new._address) != (handle.key, handle._address):
             logger.info("queue %d of pool %r moved to %s: following it", q, self.pool_name, new._address)
             self.replace(q, new, None)
+        elif new is None and self._removed_by_owner(q):
+            if self.on_removed is not None:
+                self.on_removed(q)  # released by its owner, not lost: see lost_error
         elif new is None and self.durability == "transient" and q not in self.lost:
             logger.warning("queue %d of pool %r was lost (the owner no longer lists it)", q, self.pool_name)
             self.give_up(q)
@@ -354,6 +377,7 @@ def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> Po
                         client.scheduler.address)
     pool = build_handle(spec, handles, client, role="attached" if producer is None else "task", removed=missing)
     pool.table.refresh = lambda q: _registered_handle(client, name, q)
+    pool.table.removed_by_owner = lambda q: q in ((registry.registered_pool(client, name) or {}).get("removed") or ())
     # It follows the queues the owner adds and removes (see queue/attached_follow.py).
     pool.collector.follow = follower_of(pool, lambda: registry.registered_pool(client, name),
                                         lambda ref: _handle_from_ref(ref, on_worker=False))

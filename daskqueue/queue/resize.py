@@ -94,6 +94,10 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
             raise JoinTimeoutError(timeout_s or 0.0, {"ready": s.ready, "delayed": s.delayed, "leased": s.leased})
         table.check_scheduler()
         time.sleep(defaults.MOVE_POLL_S)
+    # Registered as removed before its actor is released: an attached handle whose call then
+    # fails as if the worker died finds it removed, not lost.
+    table.removed.add(index)
+    registry.register_pool(pool)
     take_out(pool, index)
     if pool.durability == "durable":
         record_removed(pool.dirpath, index)
