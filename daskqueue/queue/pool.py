@@ -374,9 +374,9 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
         stay unique). Attached producers are told through the registry at once and get
         ``FOLLOW_S`` (1 s) before it closes; the records they have not read there (their
         outcomes, where their messages moved) go to another queue, where they read them; it
-        never waits for a producer. Raises :class:`ConfigurationError` for an unknown index or the last
-        queue, and :class:`JoinTimeoutError` after ``timeout_s`` while messages still run
-        there (it stays out of routing; call again to finish).
+        never waits for a producer. Raises :class:`ConfigurationError` for an unknown index
+        or the last queue, and :class:`JoinTimeoutError` after ``timeout_s`` while messages
+        still run there (it stays out of routing; call again to finish).
         """
         self._check_open()
         return remove_queue(self, index, timeout_s)
