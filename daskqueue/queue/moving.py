@@ -249,6 +249,12 @@ class MovingMixin:
         logger.info("queue %d: %d records of attached producers handed to queue %d", self.index, len(records), dest)
         return len(records)
 
+    async def attached_producers(self) -> int:
+        """How many attached producers (tags not 0) this queue heard of within their
+        liveness window: ``remove_queue`` gives handles time to see it only if some exist."""
+        book, now = self._producers, self._now()  # type: ignore[attr-defined]
+        return sum(1 for heard in book.heard.values() if now - heard <= book.liveness_s)
+
     async def close_if_drained(self) -> bool:
         """Close this queue (as ``close``) if it holds no message; False, still open, if it
         holds some (an attached producer's put that came after it was drained). The check and

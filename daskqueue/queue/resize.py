@@ -62,7 +62,8 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
     its messages moved.
 
     Attached producers are told through the registry at once (it lists the queue as
-    draining) and get at least ``FOLLOW_S`` to stop putting there; a put that still comes
+    draining) and, if a queue heard of one lately (``attached_producers``), get at least
+    ``FOLLOW_S`` to stop putting there before it closes; a put that still comes
     is moved too (the queue closes only while it holds nothing, see ``close_if_drained``).
     Their records not fetched go to another queue before it closes (``forward_records``),
     where they read them: their outcomes and where their messages moved."""
@@ -77,7 +78,7 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
         raise ConfigurationError(f"queue {index} is the last queue of {pool!r}: close the pool instead")
     pool.router.route_to(nodes)
     registry.register_pool(pool)  # attached handles stop routing to it (they read it within FOLLOW_S)
-    announced = time.monotonic()
+    grace_until = time.monotonic() + (FOLLOW_S + defaults.MOVE_POLL_S if _any_attached(pool) else 0.0)
     for cp in pool.consumer_pools():
         cp.on_queues_changed()  # homes move off it; it is still served until it is drained
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -85,7 +86,7 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
     while True:
         moved += move_from(pool, [index], nodes, everything=True)
         s = table.ask(index, "stats", deadline=_call_deadline(deadline))
-        if s.pending == 0 and time.monotonic() - announced > FOLLOW_S + defaults.MOVE_POLL_S:
+        if s.pending == 0 and time.monotonic() >= grace_until:
             pool.poll_outcomes(queue_index=index)  # every outcome it holds, before it goes
             forward_records(pool, index, nodes)  # and every attached producer's, to a queue it reads
             if table.ask(index, "close_if_drained", deadline=_call_deadline(deadline)):
@@ -107,6 +108,27 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
         cp.on_queues_changed()
     logger.info("%r: queue %d removed; %d of its messages moved to the others", pool, index, moved)
     return moved
+
+
+def _any_attached(pool: Any) -> bool:
+    """Whether a queue of ``pool`` heard of an attached producer lately (asked at once,
+    bounded; a queue that does not answer counts as yes)."""
+    table = pool.table
+    deadline = time.monotonic() + defaults.CONTROL_CALL_TIMEOUT_S
+    calls = []
+    for q, _ in table.in_service():
+        try:
+            calls.append((q, table.call(q, "attached_producers")))
+        except Exception:  # unreachable now: assume it has some
+            return True
+    for q, pending in calls:
+        try:
+            if table.answer(q, pending, deadline):
+                return True
+        except Exception as e:
+            logger.debug("queue %d: attached producers not asked: %s", q, e)
+            return True
+    return False
 
 
 def _call_deadline(deadline: float | None) -> float | None:
