@@ -36,10 +36,12 @@ class MovedIds:
 
     def add(self, runs: list[tuple[int, int, int, int]], old_queue: int) -> None:
         """Messages ``(old first seq, count, new queue, new first seq)`` of ``old_queue``
-        moved."""
+        moved. A run known already (a moved record read twice: at-least-once) is kept once."""
         for old_first, count, q, new_first in runs:
             starts = self._starts.setdefault(q, [])
             i = bisect.bisect(starts, new_first)
+            if i and starts[i - 1] == new_first:
+                continue
             starts.insert(i, new_first)
             self._runs.setdefault(q, []).insert(i, [count, old_queue, old_first, count])
 

@@ -5,7 +5,8 @@ Every ``QueuePool`` registers itself on the scheduler (Dask's scheduler metadata
 each of its queue actors; every ``ConsumerPool`` registers its consumers under the queue
 pool's name. The command line (``daskqueue stats``, ``daskqueue dead-letters``), the status
 page and the metrics find the pools there, from any client of the cluster. An entry is
-updated when a queue moves or the pool's queues change, and removed when the pool closes;
+updated when a queue moves or the pool's queues change (attached handles follow it: see
+:mod:`daskqueue.queue.attached`), and removed when the pool closes;
 an entry left by a client that died stays until a pool of the same name replaces it, and its
 actors then answer as lost (readers must expect that).
 """
@@ -63,9 +64,16 @@ def _delete(client: Any, keys: list[str]) -> None:
 
 def register_pool(pool: Any) -> None:
     """Register (or update) ``pool``'s entry: called when it starts and when its queues change."""
-    queues = {str(i): actor_ref(handle) for i, handle in pool.serving().items()}
+    serving = pool.serving()
+    queues = {str(i): actor_ref(handle) for i, handle in serving.items()}
+    table, router = getattr(pool, "table", None), getattr(pool, "router", None)
+    # "removed": the queues taken out for good (not in "queues" either, as a queue being
+    # moved is not): attached handles stop polling those, and wait for the others;
+    # "draining": serving queues new messages no longer go to (being removed).
     entry = {"name": pool.name, "durability": pool.durability, "dirpath": pool.dirpath,
-             "n_queues": pool.n_queues, "queues": queues}
+             "n_queues": pool.n_queues, "queues": queues,
+             "removed": sorted(table.removed) if table is not None else [],
+             "draining": sorted(set(serving) - set(router.targets)) if router is not None else []}
     config = getattr(pool, "config", None)
     if config is not None:  # what QueuePool.attach(client, name) rebuilds a handle from
         entry.update(config=config.as_dict(), time_limit_s=getattr(pool, "time_limit_s", None))

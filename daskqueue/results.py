@@ -20,6 +20,7 @@ from daskqueue.errors import QueueMovedError, RemoteTaskError, SerializationErro
 from daskqueue.messages import MAX_QUEUES, decode_error, make_id, split_id
 from daskqueue.arrivals import Arrivals, Cursor
 from daskqueue.moved import MovedIds
+from daskqueue.queue.producer_results import is_moved_record, moved_runs
 from daskqueue.serialize import ResultRecord
 
 __all__ = ["ResultCollector", "MapClaim", "DeadLetter"]
@@ -249,6 +250,14 @@ class ResultCollector:
         with self._lock:
             self._moves.add(runs, old_queue)
 
+    def _apply_moved(self, record: ResultRecord) -> None:
+        """A moved record (see ``queue/producer_results.moved_record``): messages of this
+        producer now in ``record.queue`` were given other ids. Read before their outcomes."""
+        for given_first, count, given_queue, new_first in moved_runs(record):
+            self._moves.add([(given_first, count, record.queue, new_first)], given_queue)
+            for seq in range(given_first, given_first + count) if self.failures else ():
+                self.failures.pop(make_id(given_queue, seq), None)  # a replayed dead letter runs again
+
     def given_id(self, q: int, seq: int) -> tuple[int, int]:
         """``(queue, seq)`` of the id that message ``seq`` of queue ``q`` was given."""
         with self._lock:
@@ -355,6 +364,9 @@ class ResultCollector:
     def _take_results(self, records: list[ResultRecord]) -> int:
         n = 0
         for record in records:
+            if is_moved_record(record):  # where messages of this producer moved (no outcomes)
+                self._apply_moved(record)
+                continue
             q, ranges, final_errors = record.queue, record.ranges, record.final_errors
             consumer = getattr(record, "consumer", None)
             if consumer is not None and not self._claim_starts[q]:

@@ -141,3 +141,10 @@ def niceness(_=None):
     import os
 
     return os.nice(0)
+
+
+def fail_unless_exists(x, path):
+    """Raise until the file ``path`` exists; then return ``x`` (a task that succeeds replayed)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    return x

@@ -8,7 +8,8 @@ nothing more. When the owner closes the pool, its calls raise :class:`PoolClosed
 Three kinds (see :mod:`daskqueue.producers` for who gets which):
 
 * *attached* (``QueuePool.attach(client, name)``, a client in any process): a fresh producer
-  tag; it reads exactly the outcomes of what it submitted;
+  tag; it reads exactly the outcomes of what it submitted, also of messages the owner moved,
+  and follows the queues the owner adds and removes (see :mod:`daskqueue.queue.attached_follow`);
 * *task* handles (``get_pool()``, or a pool unpickled on a worker): the producer tag of the
   running message (or of the pool pickled), so that the follow-ups' outcomes go to whoever
   submitted the parent. Such a handle submits but does not read outcomes (they are its
@@ -28,13 +29,13 @@ from daskqueue import defaults, registry
 from daskqueue.errors import ConfigurationError, PoolClosedError, QueueClosedError, QueueLostError
 from daskqueue.outcomes import Outcomes
 from daskqueue.producers import OWNER, ProducerSpec, new_map_tag, new_producer_tag
+from daskqueue.queue.attached_follow import HandleCollector, NoQueue, apply_entry, follower_of
 from daskqueue.queue.config import PoolConfig
 from daskqueue.queue.handles import WorkerActor
 from daskqueue.queue.pool import QueuePool
 from daskqueue.queue.router import Router
 from daskqueue.queue.sending import Sender
 from daskqueue.queue.table import Pending, QueueTable
-from daskqueue.results import ResultCollector
 
 __all__ = ["PoolHandle", "LoopQueue", "attach_by_name", "build_handle", "unpickle_pool"]
 
@@ -90,6 +91,7 @@ class HandleTable(QueueTable):
     pool_name = ""
     refresh: Any = None
     on_removed: Any = None  # called with a queue the owner removed: the handle stops using it
+    removed_by_owner: Any = None  # q -> whether the registry lists queue q as removed
 
     def answer(self, q: int, pending: Pending, deadline: float | None = None) -> Any:
         try:
@@ -126,15 +128,34 @@ class HandleTable(QueueTable):
         if self.refresh is None:
             return super().await_move(q, handle)
         deadline = time.monotonic() + defaults.MOVE_WAIT_S
-        while self.handles[q] is handle and q not in self.lost and time.monotonic() < deadline:
+        while self.handles[q] is handle and q not in self.lost and q not in self.removed \
+                and time.monotonic() < deadline:
             self._follow(q, handle)
             if self.handles[q] is handle:
                 time.sleep(defaults.POLL_INTERVAL_S * 5)
 
     def lost_error(self, q: int, handle: Any = None, *, unsent: int = 0) -> QueueLostError:
+        """Also: a queue the owner removed (the registry lists it so) is gone as removed, not
+        lost: its actor is released, so a call to it may fail as if its worker died."""
+        if q in self.removed or (q not in self.lost and self._removed_by_owner(q)):
+            if q not in self.removed and self.on_removed is not None:
+                self.on_removed(q)
+            return QueueClosedError(  # type: ignore[return-value]
+                f"queue {q} of pool {self.pool_name!r} was removed by its owner (the pool is open): "
+                "nothing more goes to that queue")
         if self.refresh is not None and self.durability == "durable":
             self._follow(q, self.handles[q] if handle is None else handle)
         return super().lost_error(q, handle, unsent=unsent)
+
+    def _removed_by_owner(self, q: int) -> bool:
+        """Whether the registry lists queue ``q`` as removed by the pool's owner."""
+        if self.removed_by_owner is None:
+            return False
+        try:
+            return bool(self.removed_by_owner(q))
+        except Exception as e:  # the registry is for finding pools: the caller's error stands
+            logger.debug("queue %d: registry not read: %s", q, e)
+            return False
 
     def gone(self, q: int, handle: Any) -> bool:
         """Also asks the registry (while a call waits, once a slice): a call in flight when
@@ -143,7 +164,7 @@ class HandleTable(QueueTable):
             return True
         if self.refresh is not None:
             self._follow(q, handle)
-        return q in self.lost or handle is not self.handles[q]
+        return q in self.lost or q in self.removed or handle is not self.handles[q]
 
     def _follow(self, q: int, handle: Any) -> None:
         """Look queue ``q`` up in the registry: moved (another actor), lost (a transient
@@ -158,6 +179,9 @@ class HandleTable(QueueTable):
         if new is not None and (new.key, new._address) != (handle.key, handle._address):
             logger.info("queue %d of pool %r moved to %s: following it", q, self.pool_name, new._address)
             self.replace(q, new, None)
+        elif new is None and self._removed_by_owner(q):
+            if self.on_removed is not None:
+                self.on_removed(q)  # released by its owner, not lost: see lost_error
         elif new is None and self.durability == "transient" and q not in self.lost:
             logger.warning("queue %d of pool %r was lost (the owner no longer lists it)", q, self.pool_name)
             self.give_up(q)
@@ -278,6 +302,9 @@ class PoolHandle(QueuePool):
     def _check_open(self) -> None:
         if self._closed:
             raise QueueClosedError(f"{self!r} is closed")
+        follow = getattr(self.collector, "follow", None)
+        if follow is not None:  # an attached handle: puts go to the queues added since too
+            follow()
 
 
 def build_handle(spec: ProducerSpec, handles: list[Any], client: Any, *, role: str,
@@ -289,7 +316,7 @@ def build_handle(spec: ProducerSpec, handles: list[Any], client: Any, *, role: s
     pool.config, pool.time_limit_s, pool.client, pool.name = config, spec.time_limit_s, client, spec.name
     pool.spec, pool.producer, pool._role, pool._closed = spec, spec.producer, role, False
     n = len(handles)
-    pool.collector = ResultCollector(n, pool._call, pool._answer, producer=spec.producer)
+    pool.collector = HandleCollector(n, pool._call, pool._answer, producer=spec.producer)
     table = HandleTable(config.durability, list(handles), [None] * n, scheduler_lost=_scheduler_lost(client),
                         settled=lambda q: pool.collector.settled[q], dirpath=config.dirpath)
     table.pool_name = spec.name
@@ -317,23 +344,17 @@ def _handles_from_refs(refs: dict[int, Any], n: int, *, on_worker: bool) -> tupl
     for q in range(n):
         ref = refs.get(q)
         if ref is None:
-            handles.append(_NoQueue(q))
+            handles.append(NoQueue(q))
             missing.add(q)
             continue
-        actor = registry.actor_from_ref(tuple(ref))
-        # On a worker, a handle that holds no Dask future (see WorkerActor).
-        handles.append(WorkerActor(actor._cls, actor._address, actor.key) if on_worker else actor)
+        handles.append(_handle_from_ref(ref, on_worker=on_worker))
     return handles, missing
 
 
-class _NoQueue:
-    """The place of a queue that did not serve when the handle was made (removed, moving)."""
-
-    _future = None
-    _address = ""
-
-    def __init__(self, q: int) -> None:
-        self.key = f"no-queue-{q}"
+def _handle_from_ref(ref: Any, *, on_worker: bool) -> Any:
+    actor = registry.actor_from_ref(tuple(ref))
+    # On a worker, a handle that holds no Dask future (see WorkerActor).
+    return WorkerActor(actor._cls, actor._address, actor.key) if on_worker else actor
 
 
 def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> PoolHandle:
@@ -356,6 +377,11 @@ def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> Po
                         client.scheduler.address)
     pool = build_handle(spec, handles, client, role="attached" if producer is None else "task", removed=missing)
     pool.table.refresh = lambda q: _registered_handle(client, name, q)
+    pool.table.removed_by_owner = lambda q: q in ((registry.registered_pool(client, name) or {}).get("removed") or ())
+    # It follows the queues the owner adds and removes (see queue/attached_follow.py).
+    pool.collector.follow = follower_of(pool, lambda: registry.registered_pool(client, name),
+                                        lambda ref: _handle_from_ref(ref, on_worker=False))
+    apply_entry(pool, entry, lambda ref: _handle_from_ref(ref, on_worker=False))  # a queue being removed
     logger.info("%r attached", pool)
     return pool
 

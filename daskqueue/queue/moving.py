@@ -13,15 +13,17 @@ import asyncio
 import itertools
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+import pickle
+from typing import TYPE_CHECKING, Any, Union
 
 from daskqueue import defaults
 from daskqueue.errors import QueueClosedError, QueueHandedOffError
 from daskqueue.queue.core import Chunk
 from daskqueue.queue.payload import moved_group
+from daskqueue.queue.producer_results import AdoptedRuns, moved_record, record_producer, span_producers
 from daskqueue.queue.ring import HashRing
 from daskqueue.segment.format import TOKEN_SIZE
-from daskqueue.serialize import encode_put
+from daskqueue.serialize import PROTOCOL, encode_put
 
 if TYPE_CHECKING:
     from daskqueue.queue.core import QueueCore
@@ -35,6 +37,8 @@ logger = logging.getLogger("daskqueue")
 FENCE_CHECK_S = 0.1
 
 Moved = tuple[int, int, int, int]  # (old first seq, count, new queue, new first seq)
+#: Per moved group: None (the owner's messages), or ``(producer, given queue, given first seq)``.
+Origin = Union[tuple[int, int, int], None]
 
 
 class MovingMixin:
@@ -53,6 +57,8 @@ class MovingMixin:
         # fenced in the core (``core.fences``, by source) until the source has none left;
         # this task asks the sources.
         self._fence_checker: asyncio.Task[None] | None = None
+        # The ids attached producers' messages moved here were given (see AdoptedRuns).
+        self._adopted = AdoptedRuns()
 
     async def move_out(self, nodes: list[int], typed: bool = False,
                        everything: bool = False) -> tuple[list[Moved], list[str]]:
@@ -70,6 +76,10 @@ class MovingMixin:
         ``(old first seq, count, new queue, new first seq)`` per moved run (the client reports
         their outcomes under their old ids) and the errors of the destinations that did not
         take theirs (those messages stay here, in their places).
+
+        Messages of an attached producer (tag not 0) travel with their origin (the id they
+        were given): the destination files a moved record for that producer (see ``adopt``),
+        who is not the caller.
         """
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
@@ -88,9 +98,9 @@ class MovingMixin:
         for d, lease in leases.items():
             groups = [moved_group(span, delay) for span, delay in zip(lease.spans, delays[d])]
             funcs = {g.digest: self._funcs[g.digest] for g in groups if g.digest is not None}
-            calls[d] = asyncio.ensure_future(
-                self._peers[d].adopt(encode_put(groups, funcs), os.urandom(TOKEN_SIZE), sorted(fences[d]), self.index)
-            )
+            origins = self._origins(lease.spans)
+            args: tuple[Any, ...] = (encode_put(groups, funcs), os.urandom(TOKEN_SIZE), sorted(fences[d]), self.index)
+            calls[d] = asyncio.ensure_future(self._peers[d].adopt(*args, *([origins] if origins else [])))
         await asyncio.wait(calls.values(), timeout=defaults.CONTROL_CALL_TIMEOUT_S)
         if self._paused is not None:  # a compaction may have begun meanwhile
             await self._unpaused()
@@ -145,15 +155,133 @@ class MovingMixin:
 
         return dest
 
-    async def adopt(self, blob: bytes, token: bytes, fenced: list[str], source: int) -> list[tuple[int, int]]:
+    async def adopt(self, blob: bytes, token: bytes, fenced: list[str], source: int,
+                    origins: list[Origin] | None = None) -> list[tuple[int, int]]:
         """``put_batch`` of messages that queue ``source`` moves here; the ``fenced`` keys
         run here only once ``source`` holds none of their messages (one of theirs still runs
-        there)."""
+        there).
+
+        ``origins[i]`` (None for the owner's messages) is ``(producer, given queue, given
+        first seq)`` of group ``i``: this queue files a moved record for that producer (see
+        :func:`~daskqueue.queue.producer_results.moved_record`) before any of the messages
+        can be delivered, so it reads the record before their outcomes. A retried adopt
+        (a ``token`` stored already) files nothing again.
+        """
         if fenced:
             self._check_serving()
             self._core.fence_from(source, fenced)
             self._check_fences_soon()
-        return await self.put_batch(blob, token)
+        again = token in self._tokens  # type: ignore[attr-defined]
+        ranges = await self.put_batch(blob, token)
+        # No await between the put and here: no consumer can have leased these messages yet.
+        if origins and not again:
+            self._note_moved(ranges, origins)
+        return ranges
+
+    def _origins(self, spans: list[Any]) -> list[Origin]:
+        """The origin of each span that moves (see ``adopt``); empty if all are the owner's."""
+        producers = span_producers(spans, len(spans))
+        if not any(producers):
+            return []
+        out: list[Origin] = []
+        for span, producer in zip(spans, producers):
+            out.append((producer, *self._adopted.given(self.index, span.first_seq)) if producer else None)
+        return out
+
+    def _note_replayed(self, dead: list[Any], ranges: list[tuple[int, int]]) -> None:
+        """Dead letters ``dead`` were put back here at ``ranges`` (``replay_dead``): file a
+        moved record for those of attached producers, as ``adopt`` does (call it right after
+        the put, with no await in between: before any of them can be delivered)."""
+        origins: list[Origin] = []
+        for d in dead:
+            producer = getattr(d.chunk.meta, "producer", 0) or 0
+            origins.append((producer, *self._adopted.given(self.index, d.seq)) if producer else None)
+        if any(origins):
+            self._note_moved(ranges, origins)
+
+    def _note_moved(self, ranges: list[tuple[int, int]], origins: list[Origin]) -> None:
+        """File one moved record per attached producer for the groups of ``origins`` that
+        now have ``ranges`` here, and remember their given ids (they may move on)."""
+        by: dict[int, list[tuple[int, int, int, int]]] = {}
+        for (first, count), origin in zip(ranges, origins):
+            if origin is None:
+                continue
+            producer, given_queue, given_first = origin
+            by.setdefault(producer, []).append((given_first, count, given_queue, first))
+            self._adopted.add(first, count, given_queue, given_first)
+        if not by:
+            return
+        for producer, runs in by.items():
+            self._add_result(moved_record(self.index, producer, runs))  # type: ignore[attr-defined]
+        try:
+            self._after_change(self._now())  # type: ignore[attr-defined]
+        except Exception as e:  # the records stay pending for the next write, as move_out's
+            logger.warning("queue %d: recording moved records failed (pending for the next write): %s",
+                           self.index, e)
+        finally:
+            self._notify_outcomes()  # type: ignore[attr-defined]
+
+    # -- a removed queue's records of attached producers -----------------------------------------
+
+    async def forward_records(self, dest: int) -> int:
+        """This queue is being removed (drained, the owner's outcomes fetched): give the
+        records its attached producers have not fetched yet (outcomes and moved records) to
+        queue ``dest``, in order, where those producers read them (a record names its queue,
+        so the ids stay). A producer that fetched some of them meanwhile reads them twice
+        (at-least-once; its collector files an outcome once). Returns how many moved;
+        raises the destination's error (the caller tries another)."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._check_serving()
+        book, base = self._producers, self._results_base  # type: ignore[attr-defined]
+        numbered = [(base + k, r) for k, r in enumerate(self._results)  # type: ignore[attr-defined]
+                    if record_producer(r) and book.wanted(r, base + k)]
+        if not numbered:
+            return 0
+        records = [r for _, r in numbered]
+        peer = self._peers[dest]
+        await asyncio.wait_for(peer.take_records(pickle.dumps(records, PROTOCOL)), defaults.CONTROL_CALL_TIMEOUT_S)
+        # Handed on: not again (a put that came meanwhile makes the owner drain and forward again).
+        for number, record in numbered:
+            k = number - self._results_base  # type: ignore[attr-defined]
+            if 0 <= k < len(self._results) and self._results[k] is record:  # type: ignore[attr-defined]
+                self._blank_result(k)  # type: ignore[attr-defined]
+        logger.info("queue %d: %d records of attached producers handed to queue %d", self.index, len(records), dest)
+        return len(records)
+
+    async def attached_producers(self) -> int:
+        """How many attached producers (tags not 0) this queue heard of within their
+        liveness window: ``remove_queue`` gives handles time to see it only if some exist."""
+        book, now = self._producers, self._now()  # type: ignore[attr-defined]
+        return sum(1 for heard in book.heard.values() if now - heard <= book.liveness_s)
+
+    async def close_if_drained(self) -> bool:
+        """Close this queue (as ``close``) if it holds no message; False, still open, if it
+        holds some (an attached producer's put that came after it was drained). The check and
+        the close have no await between them: a put is either held here (and moved by the
+        caller's next pass) or refused as closed, never lost."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        if self._closed:
+            return True
+        if self._core.pending:
+            return False
+        await self.close()  # type: ignore[attr-defined]  # refuses calls before its first await
+        return True
+
+    async def take_records(self, blob: bytes) -> int:
+        """Keep the records a removed queue forwards (``forward_records``) for their producers."""
+        if self._paused is not None:  # the gate; see _unpaused
+            await self._unpaused()
+        self._start()  # type: ignore[attr-defined]
+        records = pickle.loads(blob)
+        for record in records:
+            self._add_result(record)  # type: ignore[attr-defined]
+        try:
+            self._after_change(self._now())  # type: ignore[attr-defined]
+        finally:  # the records are kept even if storage failed (see record_outcomes)
+            self._notify_outcomes()  # type: ignore[attr-defined]
+        return len(records)
 
     async def holds_keys(self, keys: list[str]) -> list[str]:
         """Those of ``keys`` that a message in this queue still has (running, waiting)."""

@@ -371,9 +371,13 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
         queues (keyed ones to their key's new queue, in put order; the others spread), those
         running there finish there (failures retry there, then move), its outcomes are
         fetched, and then it closes; consumers stop calling it. Its index is not reused (ids
-        stay unique). Raises :class:`ConfigurationError` for an unknown index or the last
-        queue, and :class:`JoinTimeoutError` after ``timeout_s`` while messages still run
-        there (it stays out of routing; call again to finish).
+        stay unique). Attached producers are told through the registry at once and (if a
+        queue heard of one lately) get ``FOLLOW_S`` (1 s) before it closes; the records they
+        have not read there (their outcomes, where their messages moved) go to another queue,
+        where they read them; it never waits for a producer. Raises
+        :class:`ConfigurationError` for an unknown index or the last queue, and
+        :class:`JoinTimeoutError` after ``timeout_s`` while messages still run there (it
+        stays out of routing; call again to finish).
         """
         self._check_open()
         return remove_queue(self, index, timeout_s)

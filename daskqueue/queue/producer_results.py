@@ -13,13 +13,16 @@ Pure functions and a bookkeeping class: no Dask, no clock, no I/O.
 
 from __future__ import annotations
 
+import bisect
 import logging
+import pickle
 from typing import Any, Iterable, Union
 
-from daskqueue.serialize import ResultRecord, TaggedResultRecord
+from daskqueue.serialize import PROTOCOL, ResultRecord, TaggedResultRecord
 
 __all__ = ["span_producers", "segment_producers", "split_values", "split_by_producer", "record_producer",
-           "ProducerBook", "PRODUCER_LIVENESS_S"]
+           "ProducerBook", "PRODUCER_LIVENESS_S", "MOVED_RECORD", "moved_record", "is_moved_record", "moved_runs",
+           "AdoptedRuns"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -177,3 +180,78 @@ class ProducerBook:
         self.cursors = dict(state["cursors"])
         self.heard = {p: now - age for p, age in state["ages"].items()}
         self.forgotten = dict.fromkeys(state["forgotten"])
+
+
+# -- moved messages of attached producers ---------------------------------------------------------
+
+#: The ``consumer`` field of a *moved record*: a result record that carries no outcome but tells
+#: its producer where some of its messages moved (see :func:`moved_record`). Consumer indices
+#: are never negative, so no outcome record has it.
+MOVED_RECORD = -1
+
+#: A moved run: ``(given first seq, count, given queue, new first seq)``: messages ``new first
+#: seq ..`` of the record's queue were given the ids ``(given queue, given first seq ..)``.
+MovedRun = tuple[int, int, int, int]
+
+
+def moved_record(queue: int, producer: int, runs: list[MovedRun]) -> TaggedResultRecord:
+    """A record for producer ``producer`` (never 0: the owner learns its moves from the calls
+    it makes) saying that messages it was given ids for now live in ``queue`` at the new seqs
+    of ``runs``. Stored in ``queue``'s outbox before any of those messages can be delivered, so
+    the producer reads it before any of their outcomes (its records come in number order).
+
+    It is an ordinary tagged result record (``ranges``: the new ranges, so the outbox keeps
+    and drops it like an outcome record, on disk too; ``results``: the pickled runs;
+    ``consumer``: :data:`MOVED_RECORD`), so no stored layout changes."""
+    return TaggedResultRecord(queue, [(run[3], run[1]) for run in runs], [],
+                              pickle.dumps([tuple(run) for run in runs], PROTOCOL), None, MOVED_RECORD, producer)
+
+
+def is_moved_record(record: Any) -> bool:
+    """Whether ``record`` is a :func:`moved_record` (no outcomes in it)."""
+    return getattr(record, "consumer", None) == MOVED_RECORD
+
+
+def moved_runs(record: Any) -> list[MovedRun]:
+    """The runs of a :func:`moved_record`."""
+    return [tuple(run) for run in pickle.loads(record.results)]  # type: ignore[misc]
+
+
+#: How many adopted runs a queue remembers the given ids of (see :class:`AdoptedRuns`).
+ADOPTED_KEPT = 100_000
+
+
+class AdoptedRuns:
+    """The given ids of messages of attached producers that moved into a queue: per run, new
+    first seq -> ``(count, given queue, given first seq)``. When such a message moves on, its
+    next moved record names the id it was given, not its seq here, so the producer never needs
+    the records of the queues in between (which may be removed before it reads them).
+
+    Bounded (``ADOPTED_KEPT`` runs, the oldest go first); in memory only: a run forgotten (or
+    lost with a reopen) makes the next record name this queue's seq, which the producer still
+    follows through this queue's own moved record. Pure: no Dask, no clock, no I/O.
+    """
+
+    def __init__(self, kept: int = ADOPTED_KEPT) -> None:
+        self.kept = kept
+        self._starts: list[int] = []
+        self._runs: list[tuple[int, int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def add(self, new_first: int, count: int, given_queue: int, given_first: int) -> None:
+        i = bisect.bisect(self._starts, new_first)
+        self._starts.insert(i, new_first)
+        self._runs.insert(i, (count, given_queue, given_first))
+        if len(self._starts) > self.kept:  # seqs grow: the lowest are the oldest
+            del self._starts[0], self._runs[0]
+
+    def given(self, queue: int, seq: int) -> tuple[int, int]:
+        """``(queue, seq)`` of the id message ``seq`` of this queue (``queue``) was given."""
+        i = bisect.bisect(self._starts, seq) - 1
+        if i >= 0:
+            count, given_queue, given_first = self._runs[i]
+            if seq < self._starts[i] + count:
+                return given_queue, given_first + seq - self._starts[i]
+        return queue, seq

@@ -16,11 +16,12 @@ from daskqueue import defaults, registry
 from daskqueue.errors import ConfigurationError, JoinTimeoutError, QueueLostError
 from daskqueue.messages import MAX_QUEUES
 from daskqueue.queue.actors import start_actors
+from daskqueue.queue.attached_follow import FOLLOW_S
 from daskqueue.queue.directory import record_removed
 from daskqueue.queue.handles import LOST_CHECK_S, DirectActor, call_all, direct_handles, free_actor
 from daskqueue.validate import check_number
 
-__all__ = ["add_queues", "remove_queue", "take_out"]
+__all__ = ["add_queues", "remove_queue", "take_out", "forward_records"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -58,7 +59,14 @@ def add_queues(pool: Any, k: int) -> list[int]:
 
 def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
     """Take queue ``index`` out of ``pool`` (see ``QueuePool.remove_queue``); how many of
-    its messages moved."""
+    its messages moved.
+
+    Attached producers are told through the registry at once (it lists the queue as
+    draining) and, if a queue heard of one lately (``attached_producers``), get at least
+    ``FOLLOW_S`` to stop putting there before it closes; a put that still comes
+    is moved too (the queue closes only while it holds nothing, see ``close_if_drained``).
+    Their records not fetched go to another queue before it closes (``forward_records``),
+    where they read them: their outcomes and where their messages moved."""
     table = pool.table
     check_number("index", index, integer=True, at_least=0)
     if index >= len(table.handles) or index in table.removed:
@@ -69,6 +77,8 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
     if not nodes:
         raise ConfigurationError(f"queue {index} is the last queue of {pool!r}: close the pool instead")
     pool.router.route_to(nodes)
+    registry.register_pool(pool)  # attached handles stop routing to it (they read it within FOLLOW_S)
+    grace_until = time.monotonic() + (FOLLOW_S + defaults.MOVE_POLL_S if _any_attached(pool) else 0.0)
     for cp in pool.consumer_pools():
         cp.on_queues_changed()  # homes move off it; it is still served until it is drained
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -76,13 +86,19 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
     while True:
         moved += move_from(pool, [index], nodes, everything=True)
         s = table.ask(index, "stats", deadline=_call_deadline(deadline))
-        if s.pending == 0:
-            break
+        if s.pending == 0 and time.monotonic() >= grace_until:
+            pool.poll_outcomes(queue_index=index)  # every outcome it holds, before it goes
+            forward_records(pool, index, nodes)  # and every attached producer's, to a queue it reads
+            if table.ask(index, "close_if_drained", deadline=_call_deadline(deadline)):
+                break  # else an attached producer's put came meanwhile: move it too
         if deadline is not None and time.monotonic() > deadline:
             raise JoinTimeoutError(timeout_s or 0.0, {"ready": s.ready, "delayed": s.delayed, "leased": s.leased})
         table.check_scheduler()
         time.sleep(defaults.MOVE_POLL_S)
-    pool.poll_outcomes(queue_index=index)  # every outcome it holds, before it goes
+    # Registered as removed before its actor is released: an attached handle whose call then
+    # fails as if the worker died finds it removed, not lost.
+    table.removed.add(index)
+    registry.register_pool(pool)
     take_out(pool, index)
     if pool.durability == "durable":
         record_removed(pool.dirpath, index)
@@ -94,10 +110,50 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
     return moved
 
 
+def _any_attached(pool: Any) -> bool:
+    """Whether a queue of ``pool`` heard of an attached producer lately (asked at once,
+    bounded; a queue that does not answer counts as yes)."""
+    table = pool.table
+    deadline = time.monotonic() + defaults.CONTROL_CALL_TIMEOUT_S
+    calls = []
+    for q, _ in table.in_service():
+        try:
+            calls.append((q, table.call(q, "attached_producers")))
+        except Exception:  # unreachable now: assume it has some
+            return True
+    for q, pending in calls:
+        try:
+            if table.answer(q, pending, deadline):
+                return True
+        except Exception as e:
+            logger.debug("queue %d: attached producers not asked: %s", q, e)
+            return True
+    return False
+
+
 def _call_deadline(deadline: float | None) -> float | None:
     """A call's deadline within a wait until ``deadline``: a call made at the deadline still
     gets a moment to answer (the wait's own timeout is reported, with counts, after it)."""
     return None if deadline is None else max(deadline, time.monotonic() + LOST_CHECK_S)
+
+
+def forward_records(pool: Any, q: int, nodes: list[int]) -> int:
+    """Drained queue ``q`` hands the records its attached producers have not fetched (their
+    outcomes, and moved records) to one of the queues ``nodes``, where they read them; each
+    destination is tried in turn (bounded calls). Returns how many records went; if no queue
+    took them, logs it (the removal goes on: those producers then miss those outcomes)."""
+    table = pool.table
+    errors = []
+    for dest in [d for d in nodes if d not in table.lost]:
+        try:
+            return int(table.ask(q, "forward_records", dest, deadline=_call_deadline(
+                time.monotonic() + 2 * defaults.CONTROL_CALL_TIMEOUT_S)))
+        except Exception as e:  # that destination did not take them: the next one may
+            errors.append(f"queue {dest}: {type(e).__name__}: {e}")
+    if errors:
+        logger.warning("%r: queue %d's records of attached producers were not handed on (%s); "
+                       "those producers miss those outcomes", pool, q, "; ".join(errors))
+    return 0
 
 
 def take_out(pool: Any, q: int) -> None:

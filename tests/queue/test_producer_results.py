@@ -253,3 +253,39 @@ def test_a_message_of_exactly_the_limit_from_an_attached_producer_fits_one_segme
     record = (FILE_HEADER.size + LOG_RECORD_HEADER.size + ChunkHeader.encoded_size("t", "k", 2**31 - 1)
               + 2 * PAYLOAD_OFFSET.size + limit)
     assert record <= config.max_segment_bytes
+
+
+def test_a_moved_record_is_a_tagged_record_its_producer_reads_and_a_durable_queue_stores_as_any():
+    from daskqueue.queue.producer_results import is_moved_record, moved_record, moved_runs
+    from daskqueue.serialize import ResultRecord
+
+    record = moved_record(2, 77, [(10, 5, 0, 100), (40, 2, 1, 105)])
+    assert record.producer == 77 and record.ranges == [(100, 5), (105, 2)]
+    assert is_moved_record(record) and moved_runs(record) == [(10, 5, 0, 100), (40, 2, 1, 105)]
+    again = ResultRecord.from_bytes(record.to_bytes())  # as a durable queue stores it
+    assert is_moved_record(again) and again.producer == 77 and moved_runs(again) == moved_runs(record)
+    book = ProducerBook()
+    assert book.wanted(record, 0)
+
+
+def test_adopted_runs_give_the_id_a_moved_message_was_given():
+    from daskqueue.queue.producer_results import AdoptedRuns
+
+    runs = AdoptedRuns(kept=2)
+    runs.add(100, 5, 0, 10)
+    runs.add(200, 3, 1, 40)
+    assert runs.given(2, 102) == (0, 12) and runs.given(2, 201) == (1, 41)
+    assert runs.given(2, 105) == (2, 105)  # not adopted: its own id
+    runs.add(300, 1, 0, 7)  # bounded: the oldest run goes
+    assert len(runs) == 2 and runs.given(2, 100) == (2, 100)
+
+
+def test_moved_ids_keep_a_run_read_twice_once():
+    from daskqueue.moved import MovedIds
+
+    moves = MovedIds()
+    moves.add([(10, 5, 2, 100)], 0)
+    moves.add([(10, 5, 2, 100)], 0)  # the same moved record, fetched again
+    assert len(moves) == 1
+    assert moves.pieces(2, 100, 5, settle=True) == [(0, 10, 5, 0)]
+    assert not moves  # every outcome of the run arrived: forgotten
