@@ -46,6 +46,7 @@ __all__ = [
     "pack_list",
     "PACK_MAX_BYTES",
     "PACK_MAX_MESSAGES",
+    "unpack",
     "packed_item",
     "packed_item_pickle",
     "Group",
@@ -234,23 +235,40 @@ class _Bounded:
         return n
 
 
-def pack_list(objs: Sequence[Any], *, max_bytes: int) -> bytes | None:
-    """One plain pickle of ``list(objs)`` (a packed blob); None if it would be over
-    ``max_bytes`` (it stops pickling soon after that many bytes). Raises what plain pickle
-    raises (an object only cloudpickle can pickle, or none can): callers then pickle the
-    objects one by one with :func:`pack_payloads`, which names the bad one."""
+def pack_list(objs: Sequence[Any], *, max_bytes: int, one_argument: bool = False) -> bytes | None:
+    """A packed blob of the payloads ``objs``: one plain pickle of ``list(objs)``, or with
+    ``one_argument`` (each object is the one argument of a call, whose payload is
+    ``(obj,)``) of the 1-tuple ``(list(objs),)``, which spares a tuple per message on both
+    sides. None if it would be over ``max_bytes`` (it stops pickling soon after that many
+    bytes). Raises what plain pickle raises (an object only cloudpickle can pickle, or none
+    can): callers then pickle the payloads one by one with :func:`pack_payloads`, which
+    names the bad one. :func:`unpack` reads it."""
     out = _Bounded(max_bytes)
+    items = objs if type(objs) is list else list(objs)
     try:
-        pickle.Pickler(out, PROTOCOL).dump(objs if type(objs) is list else list(objs))
+        pickle.Pickler(out, PROTOCOL).dump((items,) if one_argument else items)
     except _Full:
         return None
     return out.parts[0] if len(out.parts) == 1 else b"".join(out.parts)
 
 
+def unpack(blob: bytes, first: int = 0, count: int | None = None) -> tuple[list[Any], bool]:
+    """``(items, one_argument)`` of the messages ``first .. first + count`` of a packed blob
+    (all by default): their payloads, or with ``one_argument`` each payload's one argument
+    (the payload is ``(item,)``; see :func:`pack_list`)."""
+    obj = pickle.loads(blob)
+    one_argument = type(obj) is tuple
+    items = obj[0] if one_argument else obj
+    if first or (count is not None and count != len(items)):
+        items = items[first : first + (len(items) if count is None else count)]
+    return items, one_argument
+
+
 def packed_item(blob: bytes, index: int) -> Any:
     """Payload ``index`` of a packed blob (what a :func:`packed_item_pickle` calls when
     loaded)."""
-    return pickle.loads(blob)[index]
+    (item,), one_argument = unpack(blob, index, 1)
+    return (item,) if one_argument else item
 
 
 class _PackedItem:
@@ -311,9 +329,10 @@ class Group:
     #: see :mod:`daskqueue.producers`).
     producer: int = 0
     #: 0: per-message form (``offsets`` delimit one pickle per message in ``data``). Else a
-    #: packed group: ``data`` is one pickle of a list of ``packed`` payloads, these messages
-    #: are its items ``first .. first + count`` and ``offsets`` is empty (see the module
-    #: docstring; :func:`pack_list`).
+    #: packed group: ``data`` is one pickle of a list of ``packed`` payloads (or of the
+    #: 1-tuple of a list of ``packed`` one-argument calls' arguments), these messages are
+    #: its items ``first .. first + count`` and ``offsets`` is empty (see the module
+    #: docstring; :func:`pack_list`, :func:`unpack`).
     packed: int = 0
     first: int = 0
 
@@ -376,11 +395,14 @@ class Segment(NamedTuple):
         error then concerns every message of the segment); per-message payloads one by one
         (the first that fails raises)."""
         if self.packed:
-            items = pickle.loads(self.data)
-            if self.first == 0 and self.count == len(items):
-                return items
-            return items[self.first : self.first + self.count]
+            items, one_argument = unpack(self.data, self.first, self.count)
+            return [(x,) for x in items] if one_argument else items
         return list(map(pickle.loads, self.payloads()))
+
+    def unpacked(self) -> tuple[list[Any], bool]:
+        """A packed segment's :func:`unpack`: ``(items, one_argument)``, its payloads or,
+        with ``one_argument``, each payload's one argument (the hot path of a ``map``)."""
+        return unpack(self.data, self.first, self.count)
 
     def payloads(self) -> Iterable[bytes]:
         """Each message's payload bytes, in order. A packed segment's payloads are pickled

@@ -49,7 +49,7 @@ class GeneralConsumer(ConsumerBase):
                                            "Use a ConsumerBase subclass for raw items.")
                 func = self._function(seg.digest)
                 # Unpickled once for the whole segment: if that fails, every task of it fails.
-                values = seg.values() if seg.packed else None
+                values, one_argument = seg.unpacked() if seg.packed else (None, False)
             except Exception as e:
                 error = error_from_exception(e)
                 for _ in range(seg.count):
@@ -62,12 +62,12 @@ class GeneralConsumer(ConsumerBase):
                     pos += 1
                 continue
             limit = seg.time_limit_s
-            if values is not None and seg.kind == Kind.CALL and not limit:  # the fastest path: map's
-                for args in values:
+            if one_argument and not limit:  # the fastest path: map's
+                for arg in values:  # type: ignore[union-attr]
                     if self._halt_items:
                         return Outcome(pos, errors, fatal, results)
                     try:
-                        append(func(*args))
+                        append(func(arg))
                     except Exception as e:
                         errors[pos] = error_from_exception(e)
                         if isinstance(e, InvalidTaskError):
@@ -75,6 +75,8 @@ class GeneralConsumer(ConsumerBase):
                         append(None)
                     pos += 1
                 continue
+            if one_argument:
+                values = [(x,) for x in values]  # type: ignore[union-attr]
             for payload in seg.payloads() if values is None else values:
                 if self._halt_items:
                     return Outcome(pos, errors, fatal, results)

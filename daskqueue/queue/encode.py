@@ -203,15 +203,17 @@ class Packer:
         self.size = PACK_MAX_MESSAGES
 
     def pieces(self, payloads: Sequence[Any], positions: Sequence[int], *, limit: int, what: str,
-               single: bool = False) -> list[Piece]:
-        """The put groups of these payloads (those of one chunk, one kind and function)."""
+               single: bool = False, one_argument: bool = False) -> list[Piece]:
+        """The put groups of these payloads (those of one chunk, one kind and function).
+        ``one_argument``: ``payloads`` are the arguments of one-argument calls, whose
+        payloads are ``(argument,)`` (packed without the tuples, see ``pack_list``)."""
         out: list[Piece] = []
         lo, n = 0, len(payloads)
         while lo < n and self.max_bytes:
             hi = min(n, lo + self.size)
             part = payloads[lo:hi]
             try:
-                blob = pack_list(part, max_bytes=self.max_bytes)
+                blob = pack_list(part, max_bytes=self.max_bytes, one_argument=one_argument)
             except Exception:  # plain pickle cannot: per message, where the error is named
                 self.max_bytes = 0
                 break
@@ -220,8 +222,7 @@ class Packer:
                     self.max_bytes = 0
                     break
                 self.size = max(MIN_PACK_MESSAGES, self.size // 2)
-                offsets, data = pack(part, positions[lo:hi], limit=limit, what=what, single=single)
-                out.append(Piece(positions[lo:hi], 0, offsets, data))
+                out.append(_per_message(part, positions[lo:hi], limit, what, single, one_argument))
             else:
                 if len(blob) * 4 <= self.max_bytes and self.size < PACK_MAX_MESSAGES:
                     self.size = min(PACK_MAX_MESSAGES, self.size * 2)
@@ -229,9 +230,16 @@ class Packer:
             lo = hi
         if lo < n:
             rest = payloads if lo == 0 else payloads[lo:]
-            offsets, data = pack(rest, positions[lo:], limit=limit, what=what, single=single)
-            out.append(Piece(positions[lo:], 0, offsets, data))
+            out.append(_per_message(rest, positions[lo:], limit, what, single, one_argument))
         return out
+
+
+def _per_message(payloads: Sequence[Any], positions: Sequence[int], limit: int, what: str, single: bool,
+                 one_argument: bool) -> Piece:
+    """A group of these payloads, one pickle each."""
+    offsets, data = pack([(x,) for x in payloads] if one_argument else payloads, positions,
+                         limit=limit, what=what, single=single)
+    return Piece(positions, 0, offsets, data)
 
 
 def encode_payloads(
@@ -247,6 +255,7 @@ def encode_payloads(
     batches: int | None = None,
     pack_max_bytes: int = 0,
     lazy: bool = False,
+    one_argument: bool = False,
 ) -> list[PutBatch] | LazyBatches:
     """Batches of messages that all share ``kind`` and ``function`` (one group per chunk, or
     several packed ones with ``pack_max_bytes``, see :func:`pack_bound`).
@@ -254,7 +263,8 @@ def encode_payloads(
     ``to_payloads(chunk)`` turns a chunk of ``sources`` into the objects to pickle (applied
     chunk by chunk, so only one chunk's payloads exist at a time); ``None`` pickles the
     sources themselves. ``what`` names a payload in errors (``"argument"``, ``"item"``).
-    ``lazy``: a :class:`LazyBatches`, each chunk encoded as it is sent.
+    ``lazy``: a :class:`LazyBatches`, each chunk encoded as it is sent. ``one_argument``:
+    each payload is ``(x,)`` of its (transformed) source ``x``, the one argument of a call.
     """
     digest = None if function is None else function.digest
     funcs = {} if function is None else {function.digest: function.data}
@@ -263,7 +273,7 @@ def encode_payloads(
     def encode_chunk(positions: range) -> PutBatch:
         chunk = sources[positions.start : positions.stop]
         payloads = chunk if to_payloads is None else to_payloads(chunk)
-        pieces = packer.pieces(payloads, positions, limit=limit, what=what)
+        pieces = packer.pieces(payloads, positions, limit=limit, what=what, one_argument=one_argument)
         return PutBatch([options.group(kind, digest, len(p.positions), p.offsets, p.data, p.packed) for p in pieces],
                         funcs, [p.positions for p in pieces])
 

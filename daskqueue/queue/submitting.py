@@ -54,11 +54,6 @@ def _call_payload(call: tuple[Any, ...]) -> tuple[int, Any, Any]:
     return (Kind.CALL_KW, func, (args, kwargs)) if kwargs else (Kind.CALL, func, args)
 
 
-def _one_argument(chunk: Sequence[Any]) -> list[tuple[Any]]:
-    """The payloads of a ``map`` chunk: each item is the one argument of its call."""
-    return [(x,) for x in chunk]
-
-
 @dataclass(frozen=True)
 class MapPut:
     """A map's messages, encoded: by key (``keyed``, sent in waves) or spread (``batches``)."""
@@ -212,8 +207,8 @@ class Submitting:
                                 lambda i: (Kind.CALL, func, (items[i],)), what="argument")
             return MapPut(keyed=keyed)
         batches = encode_payloads(
-            items, _one_argument, kind=Kind.CALL, function=function or pickle_function(func), options=options,
-            what="argument", lazy=lazy, **self._encoding(len(items), options),
+            items, None, kind=Kind.CALL, function=function or pickle_function(func), options=options,
+            what="argument", lazy=lazy, one_argument=True, **self._encoding(len(items), options),
         )
         return MapPut(batches=batches.first() if isinstance(batches, LazyBatches) else batches)
 
