@@ -269,8 +269,9 @@ class Submitting:
 
     def _encoding(self, n: int, options: PutOptions) -> dict[str, int]:
         """The chunking, message size limit and packing of a submission of ``n`` messages
-        (the encoders' ``size``, ``batches``, ``limit`` and ``pack_max_bytes``): whole rounds of one batch per queue,
-        of sizes that differ by at most one, so that round-robin spreads the call evenly."""
+        (the encoders' ``size``, ``batches``, ``limit`` and ``pack_max_bytes``): whole rounds
+        of one batch per queue, of sizes that differ by at most one, so that round-robin
+        spreads the call evenly."""
         spread = self.router.spread(self._route(options))
         put_batch_size = self.config.put_batch_size
         limit = self.config.message_limit(options.type, options.key)
