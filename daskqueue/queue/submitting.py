@@ -168,7 +168,9 @@ class Submitting:
             raise NoConsumersError(f"map() needs a started ConsumerPool on {self!r}: create one "
                                    "and call start() first")
         started = time.monotonic()
-        items = list(iterable)
+        # An immutable sequence is read as it is, chunk by chunk (a range of a million
+        # items never exists as a list here); anything else is read once, now.
+        items = iterable if isinstance(iterable, (range, tuple)) else list(iterable)
         check_key_function(key)
         encoded = self._encode_map(func, items, options, key, lazy=True)
         claim = MapClaim(len(items))
@@ -194,7 +196,7 @@ class Submitting:
             claim.succeed(sent, [None] * (claim.n - sent))
         return lambda c: self.collector.release_when_complete([c])
 
-    def _encode_map(self, func: Callable[..., Any], items: list[Any], options: PutOptions,
+    def _encode_map(self, func: Callable[..., Any], items: Sequence[Any], options: PutOptions,
                     key: Callable[[Any], str] | None, function: PickledFunction | None = None, *,
                     lazy: bool = False) -> MapPut:
         """Every message of ``func(x) for x in items``, encoded (nothing is sent yet: an item
