@@ -29,7 +29,7 @@ __all__ = [
     # the queue's state
     "QueueClosedError", "PoolClosedError", "QueueLostError", "QueueMovedError", "QueueHandedOffError",
     "SchedulerLostError", "NoConsumersError", "NoWorkerError", "KilledWorkerError", "QueueEmpty",
-    "TimeLimitExceeded", "LeaseExpiredError", "UnknownFunctionsError",
+    "TimeLimitExceeded", "LeaseExpiredError", "UnknownFunctionsError", "PackedGroupRefusedError",
     # waiting
     "JoinTimeoutError", "QueueCallTimeoutError",
     # user code
@@ -280,6 +280,20 @@ class UnknownFunctionsError(DaskQueueError):
     def __init__(self, digests: list[bytes]) -> None:
         super().__init__(f"the queue does not hold {len(digests)} function(s) the put names; send them")
         self.digests = list(digests)
+
+
+class PackedGroupRefusedError(DaskQueueError):
+    """A put carried a packed group (one pickle of many messages' payloads) to a queue whose
+    storage keeps one record per message (a durable queue, ``segment/FORMAT.md``): refused,
+    nothing stored. Clients send durable pools the per-message form; this names a client
+    that did not."""
+
+    _fields = ("queue", "kind")
+
+    def __init__(self, queue: int, kind: str) -> None:
+        super().__init__(f"queue {queue} ({kind}) stores one record per message and refuses a packed put group")
+        self.queue = queue
+        self.kind = kind
 
 
 # -- waiting --------------------------------------------------------------------------------------

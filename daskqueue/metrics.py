@@ -191,10 +191,15 @@ class ConsumerSample:
 
 
 def payload_bytes(spans: Iterable[tuple[Any, int, int]]) -> int:
-    """Payload bytes of ``(payload, start, stop)`` runs of messages; a payload without
-    ``offsets`` (a chunk restored without its bytes) counts none."""
+    """Payload bytes of ``(payload, start, stop)`` runs of messages (of a packed payload,
+    their share of its blob); a payload without ``offsets`` (a chunk restored without its
+    bytes) counts none."""
     total = 0
     for payload, start, stop in spans:
+        packed = getattr(payload, "packed", 0)
+        if packed:
+            total += len(payload.data) * (stop - start) // packed
+            continue
         offsets = getattr(payload, "offsets", None)
         if offsets is not None:
             total += offsets[stop] - offsets[start]

@@ -4,6 +4,15 @@ Every hot-path actor call carries ONE ``bytes`` blob (Dask serialises a list of 
 by item, a blob in one copy). A blob is one ``pickle.dumps`` of a flat tuple whose large parts
 are ``bytes``: the payloads of many messages concatenated, with a ``uint32`` offsets array.
 
+A put group of small payloads travels *packed* (:func:`pack_list`): one pickle of the list of
+its messages' payloads instead of one pickle per message (about 5x less client CPU per
+message). Queues keep the packed blob as it came, once per chunk, and never unpickle it; a
+leased part of it travels as the blob and the index range of its messages, and the consumer
+unpickles the blob once per delivery. Objects shared by several payloads of one packed group
+stay shared when unpickled (as with ``ProcessPoolExecutor.map(chunksize=...)``); an object
+passed to many tasks is pickled once per group. Durable queues store one record per message
+(``segment/FORMAT.md``) and take only the per-message form.
+
 Functions are pickled once per call of ``batch_submit``/``map`` (and, for functions pickled
 by reference, once while among the last :data:`~daskqueue.defaults.FUNCTION_CACHE_ENTRIES`
 used) and named by a 16-byte digest; queues and consumers cache them by digest, so a function
@@ -34,6 +43,12 @@ __all__ = [
     "pickle_function",
     "SentFunctions",
     "pack_payloads",
+    "pack_list",
+    "PACK_MAX_BYTES",
+    "PACK_MAX_MESSAGES",
+    "unpack",
+    "packed_item",
+    "packed_item_pickle",
     "Group",
     "ChunkMeta",
     "encode_put",
@@ -200,6 +215,95 @@ def pack_payloads(
 
 _fast_dumps = functools.partial(pickle.dumps, protocol=PROTOCOL)
 
+#: The largest packed blob (one pickle of a put group's payloads). A lease may take a few
+#: messages of a packed chunk and still carries (and its consumer unpickles) the whole
+#: blob, so it is kept small: a few hundred microseconds to unpickle.
+PACK_MAX_BYTES: int = 256 * 2**10
+
+#: The most messages in one packed group, for the same reason: a consumer whose lease takes
+#: one message of a packed chunk unpickles at most this many payloads.
+PACK_MAX_MESSAGES: int = 1000
+
+
+class _Full(Exception):
+    """A :class:`_Bounded` buffer was asked to take more than its bound."""
+
+
+class _Bounded:
+    """A write-only buffer that refuses to grow past ``max_bytes``: a pickler writing to it
+    stops soon after that many bytes (one frame later), not after pickling a huge object."""
+
+    __slots__ = ("parts", "size", "max_bytes")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.max_bytes = max_bytes
+
+    def write(self, data: Any) -> int:
+        n = len(data)
+        self.size += n
+        if self.size > self.max_bytes:
+            raise _Full
+        self.parts.append(bytes(data))
+        return n
+
+
+def pack_list(objs: Sequence[Any], *, max_bytes: int, one_argument: bool = False) -> bytes | None:
+    """A packed blob of the payloads ``objs``: one plain pickle of ``list(objs)``, or with
+    ``one_argument`` (each object is the one argument of a call, whose payload is
+    ``(obj,)``) of the 1-tuple ``(list(objs),)``, which spares a tuple per message on both
+    sides. None if it would be over ``max_bytes`` (it stops pickling soon after that many
+    bytes). Raises what plain pickle raises (an object only cloudpickle can pickle, or none
+    can): callers then pickle the payloads one by one with :func:`pack_payloads`, which
+    names the bad one. :func:`unpack` reads it."""
+    out = _Bounded(max_bytes)
+    items = objs if type(objs) is list else list(objs)
+    try:
+        pickle.Pickler(out, PROTOCOL).dump((items,) if one_argument else items)
+    except _Full:
+        return None
+    return out.parts[0] if len(out.parts) == 1 else b"".join(out.parts)
+
+
+def unpack(blob: bytes, first: int = 0, count: int | None = None) -> tuple[list[Any], bool]:
+    """``(items, one_argument)`` of the messages ``first .. first + count`` of a packed blob
+    (all by default): their payloads, or with ``one_argument`` each payload's one argument
+    (the payload is ``(item,)``; see :func:`pack_list`)."""
+    obj = pickle.loads(blob)
+    one_argument = type(obj) is tuple
+    items = obj[0] if one_argument else obj
+    if first or (count is not None and count != len(items)):
+        items = items[first : first + (len(items) if count is None else count)]
+    return items, one_argument
+
+
+def packed_item(blob: bytes, index: int) -> Any:
+    """Payload ``index`` of a packed blob (what a :func:`packed_item_pickle` calls when
+    loaded)."""
+    (item,), one_argument = unpack(blob, index, 1)
+    return (item,) if one_argument else item
+
+
+class _PackedItem:
+    """Pickles as a call of :func:`packed_item`: see :func:`packed_item_pickle`."""
+
+    __slots__ = ("blob", "index")
+
+    def __init__(self, blob: bytes, index: int) -> None:
+        self.blob = blob
+        self.index = index
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return packed_item, (self.blob, self.index)
+
+
+def packed_item_pickle(blob: bytes, index: int) -> bytes:
+    """A pickle whose ``pickle.loads`` is payload ``index`` of the packed ``blob``: one
+    message's payload bytes, made without unpickling the blob (a queue never unpickles user
+    data), e.g. for a dead letter's listing. It holds the whole blob."""
+    return pickle.dumps(_PackedItem(bytes(blob), index), PROTOCOL)
+
 
 # -- put: client -> queue -------------------------------------------------------------------------
 
@@ -238,6 +342,13 @@ class Group:
     #: The producer tag whose handle reads these messages' outcomes (0: the pool's owner;
     #: see :mod:`daskqueue.producers`).
     producer: int = 0
+    #: 0: per-message form (``offsets`` delimit one pickle per message in ``data``). Else a
+    #: packed group: ``data`` is one pickle of a list of ``packed`` payloads (or of the
+    #: 1-tuple of a list of ``packed`` one-argument calls' arguments), these messages are
+    #: its items ``first .. first + count`` and ``offsets`` is empty (see the module
+    #: docstring; :func:`pack_list`, :func:`unpack`).
+    packed: int = 0
+    first: int = 0
 
     def meta(self) -> ChunkMeta:
         return ChunkMeta(self.kind, self.digest, self.type, self.key, self.time_limit_s, self.producer)
@@ -248,9 +359,13 @@ class Group:
 
 
 def encode_put(groups: Iterable[Group], funcs: dict[bytes, bytes]) -> bytes:
+    """A put blob: each group as a flat tuple, its trailing fields left out while they hold
+    their defaults (a per-message group of the owner keeps the oldest layout). Groups that
+    share a packed blob (parts of one chunk, moved or replayed) carry it once: pickle keeps
+    one copy of an object it meets twice."""
     flat = [
         (g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, g.count, g.offsets, g.data, g.due_epoch,
-         g.time_limit_s) + ((g.producer,) if g.producer else ())
+         g.time_limit_s) + ((g.producer, g.packed, g.first) if g.packed else (g.producer,) if g.producer else ())
         for g in groups
     ]
     return pickle.dumps((funcs, flat), PROTOCOL)
@@ -283,9 +398,31 @@ class Segment(NamedTuple):
     data: bytes  # the payloads, starting at offsets[0]
     time_limit_s: float = 0.0  # how long each message may run (0: no limit)
     producer: int = 0  # the producer tag of the put (what follow-ups enqueued by these messages carry)
+    #: 0: per message (``offsets`` delimit each payload's pickle). Else ``data`` is a packed
+    #: blob of ``packed`` payloads (see :class:`Group`) of which these messages are items
+    #: ``first .. first + count``; ``offsets`` is empty.
+    packed: int = 0
+    first: int = 0
+
+    def values(self) -> list[Any]:
+        """Each message's payload, unpickled, in order: a packed blob is unpickled once (an
+        error then concerns every message of the segment); per-message payloads one by one
+        (the first that fails raises)."""
+        if self.packed:
+            items, one_argument = unpack(self.data, self.first, self.count)
+            return [(x,) for x in items] if one_argument else items
+        return list(map(pickle.loads, self.payloads()))
+
+    def unpacked(self) -> tuple[list[Any], bool]:
+        """A packed segment's :func:`unpack`: ``(items, one_argument)``, its payloads or,
+        with ``one_argument``, each payload's one argument (the hot path of a ``map``)."""
+        return unpack(self.data, self.first, self.count)
 
     def payloads(self) -> Iterable[bytes]:
-        """Each message's payload bytes, in order."""
+        """Each message's payload bytes, in order. A packed segment's payloads are pickled
+        again one by one for this (slow: consumers read :meth:`values` instead)."""
+        if self.packed:
+            return map(_fast_dumps, self.values())
         offs = array("I")
         offs.frombytes(self.offsets)
         base = offs[0]

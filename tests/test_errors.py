@@ -25,6 +25,7 @@ BUILT = [
     errors.SchedulerLostError("closed", "/data/pool"),
     errors.LeaseExpiredError(99),
     errors.UnknownFunctionsError([b"d1", b"d2"]),
+    errors.PackedGroupRefusedError(2, "durable"),
     errors.JoinTimeoutError(1.5, {"pending": 3}),
     errors.QueueCallTimeoutError(0, "stats", 2.0, "tcp://w:4"),
     errors.RemoteTaskError(5, "builtins.ValueError", "bad", "Traceback...", 3),

@@ -47,6 +47,15 @@ logger = logging.getLogger("daskqueue")
 Isolation = Literal["auto", "process", "thread"]
 
 
+class _Unreadable:
+    """The payload of an item of a packed segment that could not be unpickled."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 class ConsumerBase:
     """Base class of consumer actors. Subclass it and implement :meth:`process_item`.
 
@@ -364,7 +373,11 @@ class ConsumerBase:
         pos = 0
         for seg in batch.segments:
             producers.set_producer(seg.producer)
-            for j, payload in enumerate(seg.payloads()):
+            try:  # a packed segment is unpickled once: if that fails, each of its items fails
+                values = seg.values() if seg.packed else None
+            except Exception as e:
+                values = [_Unreadable(e)] * seg.count
+            for j, payload in enumerate(seg.payloads() if values is None else values):
                 if self._halt_items:
                     return Outcome(pos, errors, fatal, results)
                 if pos in skip:
@@ -377,7 +390,7 @@ class ConsumerBase:
                 try:
                     message = Message(
                         make_id(batch.queue_index, seg.first_seq + j),
-                        self._payload_data(seg, payload),
+                        self._payload_data(seg, payload, values is not None),
                         seg.type,
                         seg.priority,
                         seg.key,
@@ -393,13 +406,17 @@ class ConsumerBase:
                 pos += 1
         return Outcome(pos, errors, fatal, results)
 
-    def _payload_data(self, seg: Segment, payload: bytes) -> Any:
+    def _payload_data(self, seg: Segment, payload: Any, loaded: bool = False) -> Any:
+        """A message's ``data`` from its payload bytes (or its unpickled payload if ``loaded``)."""
+        value = payload if loaded else loads(payload)
+        if type(value) is _Unreadable:
+            raise value.error.with_traceback(None)  # the same error for each item, one traceback
         if seg.kind == Kind.RAW:
-            return loads(payload)
+            return value
         func = self._function(seg.digest)
         if seg.kind == Kind.CALL:
-            return Task(func, loads(payload))
-        args, kwargs = loads(payload)
+            return Task(func, value)
+        args, kwargs = value
         return Task(func, args, kwargs)
 
     def _function(self, digest: bytes | None) -> Any:

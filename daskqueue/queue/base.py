@@ -45,6 +45,7 @@ from typing import Any
 from daskqueue import defaults, metrics
 from daskqueue.errors import (
     LeaseExpiredError,
+    PackedGroupRefusedError,
     PayloadTooLargeError,
     QueueClosedError,
     QueueHandedOffError,
@@ -57,7 +58,7 @@ from daskqueue.queue.handoff import HandoffMixin
 from daskqueue.queue.leasing import LeasingMixin
 from daskqueue.queue.moving import FENCE_CHECK_S, MovingMixin
 from daskqueue.queue.outbox import OutboxMixin
-from daskqueue.queue.payload import ChunkPayload, detach_payload, ran_ranges, ranges_of
+from daskqueue.queue.payload import ChunkPayload, detach_payload, packed_payload, ran_ranges, ranges_of
 from daskqueue.queue.peer_state import WORK_ANNOUNCE_S
 from daskqueue.queue.peers import PeersMixin
 from daskqueue.queue.policy import FIFO, TypePolicy
@@ -111,6 +112,10 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
     """Shared shell of the queue actors; see :class:`TransientQueue` for the public contract."""
 
     kind = "base"
+    #: Whether this queue takes packed put groups (see :mod:`daskqueue.serialize`). A
+    #: durable queue does not: its CHUNK records hold one payload per message
+    #: (``segment/FORMAT.md``), and it never unpickles a blob to cut it.
+    stores_packed = True
 
     def __init__(
         self,
@@ -239,18 +244,15 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         if unknown:  # evicted since the client sent them: it sends them again
             raise UnknownFunctionsError(sorted(unknown))
         for g in groups:
-            self._check_sizes(g.offsets)
+            self._check_group(g)
         now = self._now()
         chunks = []
         ranges = []
         for group in groups:
             first = None
-            for g in self._fit_groups([group]):
-                offsets = array("I")
-                offsets.frombytes(g.offsets)
+            for g in self._fit_groups([group]) if not group.packed else [group]:
                 chunk = self._core.new_chunk(
-                    g.count, priority=g.priority, payload=ChunkPayload(offsets, g.data), meta=g.meta(),
-                    type=g.type, key=g.key,
+                    g.count, priority=g.priority, payload=_payload_of(g), meta=g.meta(), type=g.type, key=g.key,
                 )
                 chunks.append((chunk, g.delay_now()))
                 first = chunk.base_seq if first is None else first
@@ -266,6 +268,19 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         self._notify_ready()
         self._work_changed()
         return ranges
+
+    def _check_group(self, g: Any) -> None:
+        """Refuse a put group this queue cannot hold: a payload over ``max_message_bytes``
+        (:class:`PayloadTooLargeError`; a packed blob counts whole: clients pack no more than
+        the limit), a packed group where storage keeps one record per message
+        (:class:`PackedGroupRefusedError`)."""
+        if not g.packed:
+            self._check_sizes(g.offsets)
+            return
+        if not self.stores_packed:
+            raise PackedGroupRefusedError(self.index, self.kind)
+        if len(g.data) > self.max_message_bytes:
+            raise PayloadTooLargeError(len(g.data), self.max_message_bytes)
 
     def _check_sizes(self, offsets_bytes: bytes) -> None:
         offs = array("I")
@@ -399,6 +414,15 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
             self._notify_outcomes()
         await self._stop_sweeper()
         await self._unpaused()  # a compaction run by compact() still owns the storage
+
+
+def _payload_of(g: Any) -> ChunkPayload:
+    """The stored payload of put group ``g``."""
+    if g.packed:
+        return packed_payload(g.data, g.packed, g.first)
+    offsets = array("I")
+    offsets.frombytes(g.offsets)
+    return ChunkPayload(offsets, g.data)
 
 
 def _here() -> str:

@@ -71,6 +71,7 @@ class DurableQueue(RecoveryMixin, CompactionMixin, WritingMixin, QueueActorBase)
     """
 
     kind = "durable"
+    stores_packed = False  # its CHUNK records are per message (segment/FORMAT.md)
     #: The clock of what is persisted (not-before times, dead-letter times): the wall clock,
     #: which a reopen on another machine shares. The core runs on the monotonic ``_now``;
     #: times convert at this boundary (``_wall_offset``).

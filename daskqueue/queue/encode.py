@@ -3,22 +3,28 @@
 A call of ``submit``/``batch_submit``/``map``/``put_many`` becomes a list of :class:`PutBatch`,
 one per ``put_batch`` call: its messages cut into chunks of consecutive input positions
 (:func:`encode_chunks`, the one chunk loop), each chunk's messages grouped by kind and
-function and their payloads pickled into one blob per group (:func:`pack`). Everything is
-encoded before anything is sent, so a bad task enqueues nothing.
+function and their payloads pickled into one blob per group (:func:`pack`), or, for a
+memory pool, packed: one pickle of the list of the payloads of at most
+``PACK_MAX_MESSAGES`` messages per group while they pickle small (:class:`Packer`, see
+:mod:`daskqueue.serialize`). ``batch_submit``, ``put_many`` and ``submit`` encode
+everything before anything is sent, so a bad task enqueues nothing; ``map`` sends each
+batch as soon as it is encoded (:class:`LazyBatches`).
 
-This is the submit hot path: the work per message is one pickle (``pack_payloads``) and, for
-mixed calls, one dict look-up; everything else is per chunk or per group.
+This is the submit hot path: the work per message is a part of one pickle (one pickle of
+its own where payloads are not packed) and, for mixed calls, one dict look-up; everything
+else is per chunk or per group.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
-from daskqueue.errors import InvalidTaskError, PayloadTooLargeError, SerializationError
+from daskqueue.errors import DaskQueueError, InvalidTaskError
 from daskqueue.messages import Kind
 from daskqueue.queue.router import even_ranges
-from daskqueue.serialize import Group, PickledFunction, pack_payloads, pickle_function
+from daskqueue.queue.packing import Packer, pack, pack_bound
+from daskqueue.serialize import Group, PickledFunction, pickle_function
 from daskqueue.validate import check_label
 
 __all__ = [
@@ -27,6 +33,9 @@ __all__ = [
     "Call",
     "chunk_size",
     "encode_chunks",
+    "LazyBatches",
+    "Packer",
+    "pack_bound",
     "encode_payloads",
     "encode_uniform",
     "encode_calls",
@@ -56,10 +65,12 @@ class PutOptions:
         check_label("type", self.type)
         check_label("key", self.key)
 
-    def group(self, kind: int, digest: bytes | None, count: int, offsets: bytes, data: bytes) -> Group:
-        """A put group of ``count`` packed messages with these options."""
+    def group(self, kind: int, digest: bytes | None, count: int, offsets: bytes, data: bytes,
+              packed: int = 0) -> Group:
+        """A put group of ``count`` messages with these options (``packed``: ``data`` is one
+        pickle of the list of their ``count`` payloads, see :class:`Group`)."""
         return Group(kind, digest, self.type, self.priority, self.key, self.delay_s, count, offsets, data,
-                     self.due_epoch, self.time_limit_s)
+                     self.due_epoch, self.time_limit_s, 0, packed)
 
 
 class PutBatch(NamedTuple):
@@ -80,15 +91,68 @@ def chunk_size(n: int, *, n_queues: int, put_batch_size: int) -> int:
     return max(1, min(put_batch_size, -(-n // n_queues)))
 
 
-def encode_chunks(n: int, size: int, encode_chunk: Callable[[range], PutBatch], *,
-                  batches: int | None = None) -> list[PutBatch]:
-    """The chunk loop: ``encode_chunk(positions)`` for consecutive ranges of at most ``size``
-    of the positions ``0 .. n``, in order; with ``batches``, that many ranges instead, of
-    sizes that differ by at most one (the router's plan, so that each queue gets as many
-    messages as the others)."""
+def chunk_ranges(n: int, size: int, batches: int | None = None) -> list[range]:
+    """Consecutive ranges of at most ``size`` of the positions ``0 .. n``, in order; with
+    ``batches``, that many ranges instead, of sizes that differ by at most one (the router's
+    plan, so that each queue gets as many messages as the others)."""
     if batches is not None:
-        return [encode_chunk(r) for r in even_ranges(n, batches)]
-    return [encode_chunk(range(lo, min(lo + size, n))) for lo in range(0, n, size)]
+        return list(even_ranges(n, batches))
+    return [range(lo, min(lo + size, n)) for lo in range(0, n, size)]
+
+
+def encode_chunks(n: int, size: int, encode_chunk: Callable[[range], PutBatch], *,
+                  batches: int | None = None, lazy: bool = False) -> list[PutBatch] | LazyBatches:
+    """The chunk loop: ``encode_chunk(positions)`` for each of :func:`chunk_ranges`, in order
+    (with ``lazy``, as the caller iterates: a :class:`LazyBatches`)."""
+    ranges = chunk_ranges(n, size, batches)
+    if lazy:
+        return LazyBatches(ranges, encode_chunk)
+    return [encode_chunk(r) for r in ranges]
+
+
+class LazyBatches:
+    """A submission's batches, each encoded when iteration reaches it, so that the sender
+    puts the first while the next are encoded. Sized (the router plans the queues first).
+
+    A batch that fails to encode (an argument that cannot be pickled, one too large) ends
+    the iteration quietly: the sender then reads the answers of what it sent, as after any
+    failure, and the caller raises ``error`` (:meth:`raise_error`). ``encoded`` counts the
+    messages of the batches handed out, the positions ``0 .. encoded`` (ranges are in order).
+    Iterate once, on one thread.
+    """
+
+    def __init__(self, ranges: list[range], encode_chunk: Callable[[range], PutBatch]) -> None:
+        self.ranges = ranges
+        self._encode_chunk = encode_chunk
+        self._first: PutBatch | None = None
+        self.encoded = 0
+        self.error: DaskQueueError | None = None
+
+    def __len__(self) -> int:
+        return len(self.ranges)
+
+    def __iter__(self) -> Iterator[PutBatch]:
+        for k, positions in enumerate(self.ranges):
+            try:
+                batch = self._first if k == 0 and self._first is not None else self._encode_chunk(positions)
+            except DaskQueueError as e:  # InvalidTaskError, SerializationError, PayloadTooLargeError
+                self.error = e
+                return
+            self._first = None
+            self.encoded = positions.stop
+            yield batch
+
+    def first(self) -> LazyBatches:
+        """Encode the first batch now: an error raises here, before anything is sent (so a
+        submission whose items all share a flaw fails with nothing sent). Returns self."""
+        if self.ranges and self._first is None:
+            self._first = self._encode_chunk(self.ranges[0])
+        return self
+
+    def raise_error(self) -> None:
+        """Raise the error that ended the iteration, if any."""
+        if self.error is not None:
+            raise self.error
 
 
 def encode_payloads(
@@ -102,23 +166,31 @@ def encode_payloads(
     limit: int,
     what: str,
     batches: int | None = None,
-) -> list[PutBatch]:
-    """Batches of messages that all share ``kind`` and ``function`` (one group per chunk).
+    pack_max_bytes: int = 0,
+    lazy: bool = False,
+    one_argument: bool = False,
+) -> list[PutBatch] | LazyBatches:
+    """Batches of messages that all share ``kind`` and ``function`` (one group per chunk, or
+    several packed ones with ``pack_max_bytes``, see :func:`pack_bound`).
 
     ``to_payloads(chunk)`` turns a chunk of ``sources`` into the objects to pickle (applied
     chunk by chunk, so only one chunk's payloads exist at a time); ``None`` pickles the
     sources themselves. ``what`` names a payload in errors (``"argument"``, ``"item"``).
+    ``lazy``: a :class:`LazyBatches`, each chunk encoded as it is sent. ``one_argument``:
+    each payload is ``(x,)`` of its (transformed) source ``x``, the one argument of a call.
     """
     digest = None if function is None else function.digest
     funcs = {} if function is None else {function.digest: function.data}
+    packer = Packer(pack_max_bytes)
 
     def encode_chunk(positions: range) -> PutBatch:
         chunk = sources[positions.start : positions.stop]
         payloads = chunk if to_payloads is None else to_payloads(chunk)
-        offsets, data = pack(payloads, positions, limit=limit, what=what)
-        return PutBatch([options.group(kind, digest, len(positions), offsets, data)], funcs, [positions])
+        pieces = packer.pieces(payloads, positions, limit=limit, what=what, one_argument=one_argument)
+        return PutBatch([options.group(kind, digest, len(p.positions), p.offsets, p.data, p.packed) for p in pieces],
+                        funcs, [p.positions for p in pieces])
 
-    return encode_chunks(len(sources), size, encode_chunk, batches=batches)
+    return encode_chunks(len(sources), size, encode_chunk, batches=batches, lazy=lazy)
 
 
 def _arguments(chunk: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
@@ -126,7 +198,7 @@ def _arguments(chunk: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
 
 
 def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: int,
-                   batches: int | None = None) -> list[PutBatch] | None:
+                   batches: int | None = None, pack_max_bytes: int = 0) -> list[PutBatch] | None:
     """The fast path of ``batch_submit``: tasks ``(func, *args)`` that all call one function.
 
     Returns ``None`` when the tasks are anything else; the general path (:func:`encode_calls`
@@ -142,7 +214,8 @@ def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: i
     if not callable(func) or not all(isinstance(t, (tuple, list)) for t in tasks[:1]):
         return None
     return encode_payloads(tasks, _arguments, kind=Kind.CALL, function=pickle_function(func),
-                           options=options, size=size, limit=limit, what="arguments", batches=batches)
+                           options=options, size=size, limit=limit, what="arguments", batches=batches,
+                           pack_max_bytes=pack_max_bytes)  # type: ignore[return-value]
 
 
 def calls_from_tasks(tasks: Sequence[Any]) -> list[Call]:
@@ -157,14 +230,16 @@ def calls_from_tasks(tasks: Sequence[Any]) -> list[Call]:
 
 
 def encode_calls(calls: list[Call], options: PutOptions, *, size: int, limit: int,
-                 batches: int | None = None) -> list[PutBatch]:
-    """Batches of arbitrary calls: each chunk is grouped by kind and function, and each
-    distinct function is pickled once per submission."""
+                 batches: int | None = None, pack_max_bytes: int = 0) -> list[PutBatch]:
+    """Batches of arbitrary calls: each chunk is grouped by kind and function (packed
+    groups with ``pack_max_bytes``, see :func:`pack_bound`), and each distinct function is
+    pickled once per submission."""
     functions: dict[Any, PickledFunction] = {}
     single = len(calls) == 1
-    return encode_chunks(
+    packer = Packer(pack_max_bytes)
+    return encode_chunks(  # type: ignore[return-value]
         len(calls), size,
-        lambda positions: _encode_call_chunk(calls, positions, functions, options, limit, single),
+        lambda positions: _encode_call_chunk(calls, positions, functions, options, limit, single, packer),
         batches=batches,
     )
 
@@ -176,8 +251,10 @@ def _encode_call_chunk(
     options: PutOptions,
     limit: int,
     single: bool,
+    packer: Packer,
 ) -> PutBatch:
-    """One batch for ``calls[positions]``: one group per kind and function."""
+    """One batch for ``calls[positions]``: one group per kind and function (or several
+    packed ones)."""
     by_group: dict[tuple[int, bytes], tuple[list[int], list[Any]]] = {}
     funcs: dict[bytes, bytes] = {}
     for i in positions:
@@ -193,39 +270,10 @@ def _encode_call_chunk(
         payloads.append((args, kwargs) if kwargs else args)
     groups, positions_per_group = [], []
     for (kind, digest), (group_positions, payloads) in by_group.items():
-        offsets, data = pack(payloads, group_positions, limit=limit, what="arguments", single=single)
-        groups.append(options.group(kind, digest, len(group_positions), offsets, data))
-        positions_per_group.append(group_positions)
+        for p in packer.pieces(payloads, group_positions, limit=limit, what="arguments", single=single):
+            groups.append(options.group(kind, digest, len(p.positions), p.offsets, p.data, p.packed))
+            positions_per_group.append(p.positions)
     return PutBatch(groups, funcs, positions_per_group)
-
-
-def pack(
-    payloads: Sequence[Any],
-    positions: Sequence[int],
-    *,
-    limit: int,
-    what: str,
-    single: bool = False,
-) -> tuple[bytes, bytes]:
-    """Pickle ``payloads`` into one group's ``(offsets, data)``.
-
-    Errors name the failing message by its input position (``positions[k]`` for the k-th
-    payload; no position if ``single``, a one-message submission):
-    :class:`SerializationError` (the pickling error as its cause) and
-    :class:`PayloadTooLargeError` for a payload over ``limit`` bytes.
-    """
-    try:
-        return pack_payloads(payloads, max_message_bytes=limit, what=what)
-    except SerializationError as e:
-        index = None if single or e.index is None else positions[e.index]
-        cause = e.__cause__
-        where = "" if index is None else f" of task {index}"
-        raise SerializationError(
-            f"cannot pickle the {what}{where}: {type(cause).__name__}: {cause}", index=index
-        ) from cause
-    except PayloadTooLargeError as e:
-        index = None if single or e.index is None else positions[e.index]
-        raise PayloadTooLargeError(e.size, e.limit, index=index) from None
 
 
 def encode_keyed(

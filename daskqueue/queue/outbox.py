@@ -224,7 +224,8 @@ class OutboxMixin:
     async def dead_letters(self, limit: int | None = None, seqs: list[int] | None = None) -> list[tuple[Any, ...]]:
         """The dead letters (the first ``limit``, or those with these ``seqs``), oldest first:
         ``(seq, attempts, error, wall time, kind, function digest, type, key, priority,
-        payload bytes or None)`` each."""
+        payload bytes or None)`` each: a ``pickle.loads`` of the payload bytes gives the
+        message's payload, as it was put."""
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
         self._check_serving()
@@ -236,9 +237,9 @@ class OutboxMixin:
         out = []
         for d in dead:
             meta, payload = d.chunk.meta, d.chunk.payload
-            data = None
-            if payload is not None:
-                data = bytes(payload.data[payload.offsets[d.index] : payload.offsets[d.index + 1]])
+            # One pickle per message (of a packed chunk, one that takes its item from the
+            # blob when loaded: this queue never unpickles user data).
+            data = None if payload is None else payload.message_bytes(d.index)
             out.append((d.seq, d.attempts, d.error, d.at + offset,
                         getattr(meta, "kind", None), getattr(meta, "digest", None), d.chunk.type, d.chunk.key,
                         d.chunk.priority, data))

@@ -1,10 +1,10 @@
 """The submission API of ``QueuePool``: ``submit``, ``batch_submit``, ``map``, ``put``,
 ``put_many`` (and their ``_async`` forms).
 
-A mixin of the facade: it validates a submission's options, encodes every message before
-anything is sent, and hands the batches to the pool's ``sender`` (routed by its ``router``);
-``map`` then waits on the pool's ``outcomes``. It uses only those public parts and
-``_check_open``.
+A mixin of the facade: it validates a submission's options, encodes the messages (every
+one before anything is sent, but for ``map``, which sends each batch as soon as it is
+encoded), and hands the batches to the pool's ``sender`` (routed by its ``router``); ``map``
+then waits on the pool's ``outcomes``. It uses only those public parts and ``_check_open``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from distributed import Client
 from daskqueue.errors import ConfigurationError, NoConsumersError
 from daskqueue.messages import Kind
 from daskqueue.queue.encode import (
+    LazyBatches,
     PutBatch,
     PutOptions,
     calls_from_tasks,
@@ -26,6 +27,7 @@ from daskqueue.queue.encode import (
     encode_calls,
     encode_payloads,
     encode_uniform,
+    pack_bound,
 )
 from daskqueue.queue.options import Eta, put_options
 from daskqueue.queue.router import batch_count, waves
@@ -52,16 +54,11 @@ def _call_payload(call: tuple[Any, ...]) -> tuple[int, Any, Any]:
     return (Kind.CALL_KW, func, (args, kwargs)) if kwargs else (Kind.CALL, func, args)
 
 
-def _one_argument(chunk: Sequence[Any]) -> list[tuple[Any]]:
-    """The payloads of a ``map`` chunk: each item is the one argument of its call."""
-    return [(x,) for x in chunk]
-
-
 @dataclass(frozen=True)
 class MapPut:
     """A map's messages, encoded: by key (``keyed``, sent in waves) or spread (``batches``)."""
 
-    batches: list[PutBatch] | None = None
+    batches: list[PutBatch] | LazyBatches | None = None
     keyed: list[tuple[int, PutBatch]] | None = None
 
 
@@ -158,6 +155,12 @@ class Submitting:
         first such :class:`RemoteTaskError` (by input position) is raised once every task is
         settled; with ``errors="return"`` it takes the task's place in the list. Raises
         :class:`JoinTimeoutError` after ``timeout_s``.
+
+        The tasks are sent batch by batch as their arguments are pickled (the first batch
+        runs while the next are pickled). An argument that cannot be pickled (or is too
+        large) raises :class:`SerializationError` (:class:`PayloadTooLargeError`) naming its
+        position: in the first batch, with nothing sent; later, once the batches before it
+        are stored: those tasks still run, and their outcomes are dropped.
         """
         check_choice("errors", errors, ("raise", "return"))
         options = self._put_options(type, priority, None, delay_s, eta, time_limit_s)
@@ -165,34 +168,51 @@ class Submitting:
             raise NoConsumersError(f"map() needs a started ConsumerPool on {self!r}: create one "
                                    "and call start() first")
         started = time.monotonic()
-        items = list(iterable)
+        # An immutable sequence is read as it is, chunk by chunk (a range of a million
+        # items never exists as a list here); anything else is read once, now.
+        items = iterable if isinstance(iterable, (range, tuple)) else list(iterable)
         check_key_function(key)
-        encoded = self._encode_map(func, items, options, key)
+        encoded = self._encode_map(func, items, options, key, lazy=True)
         claim = MapClaim(len(items))
         bar = _progress_bar(claim.n) if progress else None
+        release = self.collector.release
         try:
             self._send_map(encoded, claim, options)
+            if isinstance(encoded.batches, LazyBatches) and encoded.batches.error is not None:
+                release = self._drop_unsent(claim, encoded.batches.encoded)
+                encoded.batches.raise_error()
             deadline = None if timeout_s is None else started + timeout_s
             return self.outcomes.wait_map(claim, bar=bar, deadline=deadline, timeout_s=timeout_s, errors=errors)
         finally:
-            self.collector.release(claim)
+            release(claim)
             if bar is not None:
                 bar.close()
 
-    def _encode_map(self, func: Callable[..., Any], items: list[Any], options: PutOptions,
-                    key: Callable[[Any], str] | None, function: PickledFunction | None = None) -> MapPut:
+    def _drop_unsent(self, claim: MapClaim, sent: int) -> Callable[[MapClaim], None]:
+        """A map stopped sending at position ``sent``: the positions after it count as settled,
+        and the claim is released once the tasks sent arrive (their outcomes are dropped then,
+        never filed with ``results()``). Returns what releases it."""
+        if sent < claim.n:
+            claim.succeed(sent, [None] * (claim.n - sent))
+        return lambda c: self.collector.release_when_complete([c])
+
+    def _encode_map(self, func: Callable[..., Any], items: Sequence[Any], options: PutOptions,
+                    key: Callable[[Any], str] | None, function: PickledFunction | None = None, *,
+                    lazy: bool = False) -> MapPut:
         """Every message of ``func(x) for x in items``, encoded (nothing is sent yet: an item
         that cannot be pickled raises here). ``function``: ``func`` pickled already (a stream
-        pickles it once, not once per chunk)."""
+        pickles it once, not once per chunk). ``lazy``: only the first batch is encoded now
+        (an error in it raises here), the others as :meth:`_send_map` sends them (a
+        :class:`LazyBatches`, whose ``error`` the caller checks after the send)."""
         if key is not None:
             keyed = self._keyed(options, self._check_keys([key(x) for x in items], len(items)),
                                 lambda i: (Kind.CALL, func, (items[i],)), what="argument")
             return MapPut(keyed=keyed)
         batches = encode_payloads(
-            items, _one_argument, kind=Kind.CALL, function=function or pickle_function(func), options=options,
-            what="argument", **self._encoding(len(items), options),
+            items, None, kind=Kind.CALL, function=function or pickle_function(func), options=options,
+            what="argument", lazy=lazy, one_argument=True, **self._encoding(len(items), options),
         )
-        return MapPut(batches=batches)
+        return MapPut(batches=batches.first() if isinstance(batches, LazyBatches) else batches)
 
     def _send_map(self, encoded: MapPut, claim: MapClaim, options: PutOptions) -> None:
         """Send a map's encoded messages, their outcomes routed to ``claim`` (by position)."""
@@ -200,7 +220,7 @@ class Submitting:
             for wave in waves(encoded.keyed):
                 self.sender.send([b for _, b in wave], claim=claim, queues=[q for q, _ in wave])
         else:
-            self.sender.send(encoded.batches, claim=claim, queue=self._route(options))
+            self.sender.send(encoded.batches, claim=claim, queue=self._route(options))  # type: ignore[arg-type]
 
     # -- raw items ----------------------------------------------------------------------------
 
@@ -250,15 +270,18 @@ class Submitting:
         return self.router.route(options.type, options.key)
 
     def _encoding(self, n: int, options: PutOptions) -> dict[str, int]:
-        """The chunking and message size limit of a submission of ``n`` messages (the
-        encoders' ``size``, ``batches`` and ``limit``): whole rounds of one batch per queue,
-        of sizes that differ by at most one, so that round-robin spreads the call evenly."""
+        """The chunking, message size limit and packing of a submission of ``n`` messages
+        (the encoders' ``size``, ``batches``, ``limit`` and ``pack_max_bytes``): whole rounds
+        of one batch per queue, of sizes that differ by at most one, so that round-robin
+        spreads the call evenly."""
         spread = self.router.spread(self._route(options))
         put_batch_size = self.config.put_batch_size
+        limit = self.config.message_limit(options.type, options.key)
         return {
             "size": chunk_size(n, n_queues=spread, put_batch_size=put_batch_size),
             "batches": batch_count(n, spread=spread, put_batch_size=put_batch_size),
-            "limit": self.config.message_limit(options.type, options.key),
+            "limit": limit,
+            "pack_max_bytes": pack_bound(n, options, limit, durable=self.config.durability == "durable"),
         }
 
     def _check_keys(self, keys: Sequence[Any], n: int, key: str | None = None) -> list[str]:
