@@ -18,6 +18,7 @@ from daskqueue.errors import (ConfigurationError, DaskQueueError, NoConsumersErr
                               QueueMovedError, SchedulerLostError)
 from daskqueue.local_errors import local_error
 from daskqueue.queue.encode import chunk_size, encode_calls
+from daskqueue.queue.packing import pack_bound
 from daskqueue.queue.router import batch_count
 
 __all__ = ["Driver", "Call"]
@@ -268,9 +269,12 @@ class Driver:
         pool, n = self.pool, len(calls)
         spread = pool.router.spread(self._route())
         per_put = pool.config.put_batch_size
+        limit = pool.config.message_limit(self.options.type, self.options.key)
+        # Packed like batch_submit's (one pickle per put group on a memory pool).
+        packed = pack_bound(n, self.options, limit, durable=pool.config.durability == "durable")
         return encode_calls(calls, self.options, size=chunk_size(n, n_queues=spread, put_batch_size=per_put),
-                            batches=batch_count(n, spread=spread, put_batch_size=per_put),
-                            limit=pool.config.message_limit(self.options.type, self.options.key))
+                            batches=batch_count(n, spread=spread, put_batch_size=per_put), limit=limit,
+                            pack_max_bytes=packed)
 
     def _drop_unencodable(self, live: list[tuple[Future, Call]]) -> list[tuple[Future, Call]]:
         kept = []

@@ -20,6 +20,7 @@ import logging
 import time
 from typing import Any, Callable
 
+from daskqueue.scheduler_query import scheduler_workers
 from daskqueue.compat import deprecated, print_logs
 
 __all__ = ["ConsumerPool020", "positional_020", "join_020", "read_options_020", "join_progress_020",
@@ -102,7 +103,7 @@ def read_options_020(pool: Any, client: Any, retries: Any, max_concurrency: int)
 def _worker_threads(client: Any) -> int:
     """The fewest threads a worker of the cluster has (what 0.2.0 ran tasks on)."""
     try:
-        workers = client.scheduler_info(n_workers=-1)["workers"].values()
+        workers = scheduler_workers(client).values()  # asked of the scheduler: the client's cache can be empty
         return max(1, min(w.get("nthreads", 1) for w in workers))
     except Exception:
         return 1

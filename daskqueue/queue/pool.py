@@ -42,6 +42,7 @@ from daskqueue.membership import forget, membership
 from daskqueue.errors import ConfigurationError, QueueClosedError, StoreLockedError
 from daskqueue.executing import Executing
 from daskqueue.outcomes import Outcomes
+from daskqueue.scheduler_query import worker_threads
 from daskqueue.queue.base import QueueStats
 from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig, default_n_queues
 from daskqueue.queue.actors import NO_WORKERS_HINT, Unplaced, actor_args, can_grow, queue_kwargs, start_actors
@@ -158,8 +159,7 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
         durability = self._accept_020_durability(durability)
         if n_queues is None:  # the scale model's default (config.default_n_queues); a durable
             # pool's count is on its disk, so a reopen with the default finds it as it was
-            n_queues = 1 if durability == "durable" else default_n_queues(
-                sum(w.get("nthreads", 1) for w in client.scheduler_info(n_workers=-1)["workers"].values()))
+            n_queues = 1 if durability == "durable" else default_n_queues(worker_threads(client))
         self.config = PoolConfig.from_options(
             n_queues, durability=durability, lease_timeout_s=lease_timeout_s, max_retries=max_retries,
             retry_backoff_base_s=retry_backoff_base_s, retry_backoff_max_s=retry_backoff_max_s,
