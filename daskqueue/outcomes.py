@@ -26,7 +26,7 @@ from daskqueue.errors import (
     RemoteTaskError,
 )
 from daskqueue.queue.table import QueueTable
-from daskqueue.results import MapClaim, ResultCollector
+from daskqueue.results import PRIME_MAX_MESSAGES, MapClaim, ResultCollector
 
 __all__ = ["Outcomes", "join_counts"]
 
@@ -154,7 +154,7 @@ class Outcomes:
                 self.table.check_scheduler()
                 if not self._consumers_running():
                     self._no_consumers(claim, deadline)
-                time.sleep(defaults.POLL_INTERVAL_S)
+                self._rest(claim.n - claim.settled, deadline, timeout_s)
             if bar is not None and claim.settled > shown:
                 bar.update(claim.settled - shown)
                 bar.set_postfix(failed=len(claim.failures), refresh=False)
@@ -216,6 +216,22 @@ class Outcomes:
             self.table.check_scheduler()
             time.sleep(defaults.POLL_INTERVAL_S)
 
+    def _rest(self, pending: int | None, deadline: float | None, timeout_s: float | None) -> None:
+        """Wait a poll interval after a round that brought nothing. With a few outcomes to
+        come (``pending``, None: unknown), as a long poll of every queue, which ends as
+        soon as an outcome arrives (they are filed then); with many, by sleeping: the next
+        round then fetches what arrived meanwhile in one go, instead of one round per
+        consumer's settlement (the client's CPU per task is what bounds a big ``map``)."""
+        if pending is not None and pending <= PRIME_MAX_MESSAGES:
+            try:
+                self.poll(wait_s=defaults.POLL_INTERVAL_S, deadline=deadline)
+            except QueueCallTimeoutError as e:
+                if deadline is None:
+                    raise
+                raise _timed_out(timeout_s, e) from e
+        else:
+            time.sleep(defaults.POLL_INTERVAL_S)
+
     def _report_failures(self) -> None:
         """Log a warning if messages of this producer (another's are not its: an attached
         client's) were dead-lettered since the last ``join`` ended: a join that returns
@@ -269,4 +285,4 @@ class Outcomes:
                             "taken already (by as_completed or results(clear=True)), or not of this pool")
                 return
             self.table.check_scheduler()
-            time.sleep(defaults.POLL_INTERVAL_S)
+            self._rest(None if wanted is None else len(wanted), deadline, timeout_s)

@@ -4,76 +4,32 @@ Results ride on the consumers' acks into the queue that held the message; the cl
 them in bulk with a cursor per queue (fetching with a cursor also lets the queue drop what the
 client has). Ranges of a ``map`` call are *claimed* so that their results land in the map's
 output list by input position instead of in the ``{id: value}`` dict.
+
+How the fetches go (polls in flight, no lock across the network, holds of sends with
+claims): :mod:`daskqueue.outcome_polls`.
 """
 
 from __future__ import annotations
 
 import bisect
-import datetime
 import logging
 import pickle
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from daskqueue.errors import QueueMovedError, RemoteTaskError, SerializationError
-from daskqueue.messages import MAX_QUEUES, decode_error, make_id, split_id
 from daskqueue.arrivals import Arrivals, Cursor
+from daskqueue.dead_letter import DeadLetter, dead_letter_of
+from daskqueue.errors import RemoteTaskError, SerializationError
+from daskqueue.messages import MAX_QUEUES, decode_error, make_id, split_id
 from daskqueue.moved import MovedIds
+from daskqueue.outcome_polls import PRIME_MAX_MESSAGES, PRIMED_WAIT_S, PollsMixin, _Fetch
 from daskqueue.queue.producer_results import is_moved_record, moved_runs
 from daskqueue.serialize import ResultRecord
 
-__all__ = ["ResultCollector", "MapClaim", "DeadLetter"]
+__all__ = ["ResultCollector", "MapClaim", "DeadLetter", "dead_letter_of", "PRIME_MAX_MESSAGES", "PRIMED_WAIT_S"]
 
 logger = logging.getLogger("daskqueue")
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """A dead-lettered message, as ``QueuePool.dead_letters()`` lists it.
-
-    ``payload`` is what was put: for a task, ``(func, args, kwargs)``; for a raw item, the
-    item (``None`` if it cannot be unpickled here, or was not kept: stores written before
-    payloads were kept in dead letters). ``when`` is the wall-clock time it died.
-    """
-
-    task_id: int
-    payload: Any
-    error_type: str
-    message: str
-    traceback: str
-    attempts: int
-    when: datetime.datetime | None
-    type: str | None = None
-    key: str | None = None
-    priority: int = 0
-
-    def __repr__(self) -> str:
-        return (f"DeadLetter(task_id={self.task_id}, {self.error_type}: {self.message[:80]!r}, "
-                f"attempts={self.attempts})")
-
-
-def dead_letter_of(q: int, row: tuple[Any, ...], funcs: dict[bytes, Any]) -> DeadLetter:
-    """A :class:`DeadLetter` from a queue's ``dead_letters`` row; ``funcs`` caches the
-    unpickled functions by digest."""
-    from daskqueue.messages import Kind
-
-    seq, attempts, error, wall, kind, digest, type_, key, priority, data = row
-    exc_type, message, tb = decode_error(error)
-    payload: Any = None
-    if data is not None:
-        try:
-            value = pickle.loads(data)
-            if kind == Kind.RAW:
-                payload = value
-            else:
-                func = funcs.get(digest) if digest is not None else None
-                args, kwargs = value if kind == Kind.CALL_KW else (value, {})
-                payload = (func, tuple(args), dict(kwargs))
-        except Exception as e:  # shown, not raised: a listing must not fail on one message
-            logger.debug("dead letter %d: payload not readable here: %s", make_id(q, seq), e)
-    when = datetime.datetime.fromtimestamp(wall) if wall else None
-    return DeadLetter(make_id(q, seq), payload, exc_type, message, tb, attempts, when, type_, key, priority)
 
 
 @dataclass(eq=False)
@@ -116,7 +72,7 @@ class MapClaim:
             self.failures[position] = error
 
 
-class ResultCollector:
+class ResultCollector(PollsMixin):
     """Fetches results and dead letters from every queue of a pool. Thread-safe."""
 
     def __init__(
@@ -160,6 +116,11 @@ class ResultCollector:
         # (first seq, count, consumer index) in arrival order, sorted when asked.
         self._ran: dict[int, list[tuple[int, int, int]]] = {}
         self._ran_sorted: dict[int, tuple[list[int], list[tuple[int, int, int]]]] = {}
+        #: The long poll in flight per queue (at most one), and the holds of sends with
+        #: claims and the answers they keep aside (see :meth:`holding`).
+        self._long: dict[int, _Fetch] = {}
+        self._holds: dict[int, int] = {}
+        self._held: dict[int, list[tuple[list[ResultRecord], list[Any]]]] = {}
 
     def add_queues(self, k: int) -> None:
         """The pool has ``k`` more queues (indices from the current count on)."""
@@ -279,9 +240,9 @@ class ResultCollector:
             self._claims[queue_index].insert(i, (count, claim, pos0))
 
     def exclusive(self) -> Any:
-        """The collector's (re-entrant) lock: while a thread holds it, no other thread's poll
-        fetches and nothing is taken. A send with a claim holds it until its claims are
-        registered, so that no outcome of the send lands in the results first."""
+        """The collector's (re-entrant) lock: while a thread holds it, nothing is filed or
+        taken (polls still wait for their answers meanwhile). Sends with claims use
+        :meth:`holding` instead, which holds no lock across a network wait."""
         return self._lock
 
     def release(self, claim: MapClaim) -> None:
@@ -305,44 +266,6 @@ class ResultCollector:
             self._closing = [c for c in self._closing if not c.complete]
             for claim in done:
                 self.release(claim)
-
-    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None) -> int:
-        """Fetch what the queues have (one call per queue); return how many outcomes arrived.
-
-        With ``queue_index``, ask only that queue; with ``wait_s``, a queue with nothing new
-        holds the call up to ``wait_s`` until an outcome arrives (a long poll). Each answer
-        is waited for until ``deadline`` (monotonic; default: the table's own).
-        """
-        with self._lock:
-            which = [q for q in range(self._n) if q not in self.removed] if queue_index is None else [queue_index]
-            futures = []
-            for q in which:
-                try:
-                    # The owner's call keeps its old form (queues of older versions answer it).
-                    args = (self._cursors[q], self._dead_cursors[q], wait_s)
-                    if self.producer:
-                        args += (self.producer,)
-                    futures.append((q, self._call(q, "fetch_outcomes", *args)))
-                except QueueMovedError:
-                    continue  # still moving after the wait: the next poll asks again
-            n = 0
-            for q, future in futures:
-                try:
-                    sent = self._dead_cursors[q]
-                    self._cursors[q], blob, self._dead_cursors[q], dead = self._answer(q, future, deadline)
-                    if self._dead_cursors[q] < sent:
-                        # The queue was rebuilt from disk and numbers its dead letters afresh
-                        # (replayed or purged ones are gone): read them all again; a failure
-                        # already known is recorded once.
-                        self._dead_cursors[q] = 0
-                except QueueMovedError:
-                    continue  # the next poll asks the queue where it moved to
-                got = self._take_results(pickle.loads(blob)) + self._take_dead(q, dead)
-                self.settled[q] += got
-                n += got
-            if self._closing and n:
-                self._release_completed()
-            return n
 
     def outcome(self, task_id: int) -> tuple[bool, Any]:
         """``(True, value)`` or ``(True, RemoteTaskError)`` once known, else ``(False, None)``."""

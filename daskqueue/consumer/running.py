@@ -308,6 +308,11 @@ class RunSlots:
         A batch that gets its thread as the stop comes runs: its items are halted anyway."""
         if self._stop_requested:
             return False
+        if not threads.locked():
+            # A free thread (the usual case when not saturated): taken without suspending,
+            # so a single task is not held up by two helper tasks and a wait.
+            await threads.acquire()
+            return True
         acquire = asyncio.ensure_future(threads.acquire())
         stopping = asyncio.ensure_future(self._stopping.wait())
         try:

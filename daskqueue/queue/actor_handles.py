@@ -7,18 +7,50 @@ modules, which a consumer's child process imports too, and that process needs no
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import concurrent.futures
+from typing import Any, Generator
 
 from distributed.actor import Actor
+from distributed.protocol import to_serialize
 
 __all__ = ["DirectActor", "WorkerActor"]
+
+
+class CallFuture:
+    """A call in flight from a synchronous client's thread: ``result(timeout)`` and
+    ``done()`` as on Dask's ``ActorFuture`` (a timeout raises the builtin ``TimeoutError``),
+    and awaitable. Unlike ``ActorFuture.result``, waiting does not go through the client's
+    event loop (``sync`` adds a callback there, wakes that thread, and only then waits):
+    the loop thread sets the answer, the caller's thread wakes once."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: concurrent.futures.Future[Any]) -> None:
+        self._future = future
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self, timeout: float | None = None) -> Any:
+        try:
+            return self._future.result(timeout)
+        except concurrent.futures.TimeoutError as e:
+            if isinstance(e, TimeoutError):  # one class since Python 3.11
+                raise
+            raise TimeoutError(str(e)) from e
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return asyncio.wrap_future(self._future).__await__()
 
 
 class DirectActor(Actor):
     """An ``Actor`` handle whose calls from a client go straight to the actor's worker.
 
-    On a worker it behaves exactly like ``Actor`` (workers always call each other
-    directly), and it pickles as a plain ``Actor``.
+    Called from a synchronous client's own thread (not its event loop), a method returns
+    a :class:`CallFuture`; otherwise (an asynchronous client, on a worker, in the loop) it
+    behaves exactly like ``Actor`` (workers always call each other directly). It pickles
+    as a plain ``Actor``.
     """
 
     @property
@@ -26,6 +58,42 @@ class DirectActor(Actor):
         if self._worker is None and self._client is not None:
             return self._client.rpc(self._address)
         return super()._worker_rpc
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_") or not callable(getattr(self._cls, key, None)) or not self._from_client_thread():
+            return super().__getattr__(key)
+        if self._future is not None and self._future.status not in ("finished", "pending"):
+            raise RuntimeError(f"Worker holding Actor was lost.  Status: {self._future.status}")
+        loop = self._client.loop.asyncio_loop
+
+        def call(*args: Any, **kwargs: Any) -> CallFuture:
+            return CallFuture(asyncio.run_coroutine_threadsafe(self._execute(key, args, kwargs), loop))
+
+        return call
+
+    def _from_client_thread(self) -> bool:
+        """Whether calls are made from a synchronous client's thread, not its loop."""
+        self._try_bind_worker_client()
+        if self._worker is not None or self._client is None or self._client.asynchronous:
+            return False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return True
+        return False  # in an event loop: the caller awaits
+
+    async def _execute(self, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run ``key`` on the actor (as ``Actor``'s calls do: the same errors)."""
+        try:
+            answer = await self._worker_rpc.actor_execute(
+                function=key, actor=self.key, args=[to_serialize(a) for a in args],
+                kwargs={k: to_serialize(v) for k, v in kwargs.items()},
+            )
+        except OSError:
+            raise OSError("Unable to contact Actor's worker") from None
+        if answer["status"] == "OK":
+            return answer["result"]
+        raise answer["exception"]
 
 
 class WorkerActor(Actor):

@@ -16,6 +16,7 @@ from daskqueue.errors import QueueEmpty
 from daskqueue.messages import killed_error
 from daskqueue.queue.core import Lease
 from daskqueue.queue.payload import delivery_segment
+from daskqueue.queue.waiting import wait_event
 from daskqueue.serialize import encode_delivery
 
 if TYPE_CHECKING:
@@ -98,10 +99,7 @@ class LeasingMixin:
         assert self._ready_event is not None
         self._getters += counted
         try:
-            await asyncio.wait_for(self._ready_event.wait(), timeout_s)
-            return True
-        except asyncio.TimeoutError:
-            return False
+            return await wait_event(self._ready_event, timeout_s)
         finally:
             self._getters -= counted
             if counted and not self._getters:

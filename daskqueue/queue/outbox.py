@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from daskqueue.queue.core import Span
 from daskqueue.queue.payload import moved_group
 from daskqueue.queue.producer_results import ProducerBook, record_producer, split_by_producer
+from daskqueue.queue.waiting import wait_event
 from daskqueue.segment.format import TOKEN_SIZE
 from daskqueue.serialize import PROTOCOL, ResultRecord, encode_put
 
@@ -198,10 +199,7 @@ class OutboxMixin:
         end = self._results_base + len(self._results)
         if wait_s > 0 and cursor >= end and dead_cursor >= self._core.dead_appended:
             assert self._outcome_event is not None
-            try:
-                await asyncio.wait_for(self._outcome_event.wait(), wait_s)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._outcome_event, wait_s)
             if self._paused is not None:  # a pause may have begun during the wait
                 await self._unpaused()
         # Read without a yield to the loop in between: one consistent answer.

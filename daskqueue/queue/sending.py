@@ -19,7 +19,7 @@ from daskqueue.messages import QUEUE_INDEX_BITS, make_id
 from daskqueue.queue.encode import PutBatch, encode_keyed
 from daskqueue.queue.router import Router, consecutive_runs, waves
 from daskqueue.queue.table import Pending, QueueTable
-from daskqueue.results import MapClaim, ResultCollector
+from daskqueue.results import PRIME_MAX_MESSAGES, MapClaim, ResultCollector
 from daskqueue.segment.format import TOKEN_SIZE
 from daskqueue.serialize import encode_put
 
@@ -69,32 +69,37 @@ class Sender:
 
     def send(self, batches: list[PutBatch], *, n: int = 0, claim: MapClaim | None = None,
              queue: int | None = None, queues: list[int] | None = None, into: list[int] | None = None) -> list[int]:
-        """See :meth:`_send_all`. With a ``claim``, no other thread's poll fetches until every
-        put's answer is read and its claim registered: a call may run to its end before its
-        put's answer is read, and its outcome must reach the claim, not the pool's results
-        (another caller may take those; a ``map`` would then wait forever)."""
-        if claim is None:
-            return self._send_all(batches, n=n, queue=queue, queues=queues, into=into)
-        with self.collector.exclusive():
-            return self._send_all(batches, n=n, claim=claim, queue=queue, queues=queues, into=into)
-
-    def _send_all(self, batches: list[PutBatch], *, n: int = 0, claim: MapClaim | None = None, queue: int | None = None,
-                  queues: list[int] | None = None, into: list[int] | None = None) -> list[int]:
-        """Send every encoded batch, round-robin from where the last call ended (or all to
-        ``queue``, or batch ``i`` to ``queues[i]``), concurrently; return the ids of the
-        ``n`` messages by input position (with ``claim``, route their results to it instead,
-        registered as each put is answered, and fill in the ids only if ``into`` is given).
-        Every answer is collected before a failure is raised (see the
-        module docstring)."""
-        sends = []
-        errors: list[tuple[int, BaseException, int]] = []
+        """See :meth:`_send_all`. With a ``claim``, the queues sent to are *held* (see
+        ``ResultCollector.holding``) until every put's answer is read and its claim
+        registered: a call may run to its end before its put's answer is read, and its
+        outcome must reach the claim, not the pool's results (another caller may take those;
+        a ``map`` would then wait forever). No lock is held across the puts' answers: polls
+        go on meanwhile, and a send never waits behind a poll."""
         if queues is None:
             queues = self.router.assign(len(batches), queue)
+        if claim is None:
+            return self._send_all(batches, n=n, queues=queues, into=into)
+        with self.collector.holding(queues):
+            return self._send_all(batches, n=n, claim=claim, queues=queues, into=into)
+
+    def _send_all(self, batches: list[PutBatch], *, queues: list[int], n: int = 0, claim: MapClaim | None = None,
+                  into: list[int] | None = None) -> list[int]:
+        """Send every encoded batch (batch ``i`` to ``queues[i]``) concurrently; return the
+        ids of the ``n`` messages by input position (with ``claim``, route their results to
+        it instead, registered as each put is answered, and fill in the ids only if ``into``
+        is given). Every answer is collected before a failure is raised (see the module
+        docstring). A small send without a claim starts the outcome polls of its queues
+        as soon as its puts are sent (``ResultCollector.prime``): a ``result`` that follows
+        finds its outcome on the way."""
+        sends = []
+        errors: list[tuple[int, BaseException, int]] = []
         for q, batch in zip(queues, batches):
             try:
                 sends.append((q, batch) + self._put(q, batch))
             except Exception as e:  # not sent: its messages are not stored
                 errors.append((q, e, sum(g.count for g in batch[0])))
+        if claim is None and sends and n <= PRIME_MAX_MESSAGES:
+            self.collector.prime(q for q, *_ in sends)
         ids: list[Any] = [None] * n if into is None else into
         for q, (groups, funcs, positions), blob, token, pending in sends:
             try:

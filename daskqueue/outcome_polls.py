@@ -1,0 +1,232 @@
+"""The result collector's fetching: polls in flight, and holds (a mixin of
+:class:`~daskqueue.results.ResultCollector`, which owns the state; see there).
+
+The collector's lock guards its state only: no thread holds it across a network wait. A
+fetch carries the cursors it was sent with, and its answer is applied only if they are
+still the collector's (else it is dropped: a fetch tells its queue "I have everything before
+my cursor", which was true when it was sent, so the queue still holds whatever a dropped
+answer carried beyond the cursors). So fetches may overlap freely, and at most one *long*
+poll per queue is kept in flight: a small send starts one as soon as its put is sent
+(:meth:`PollsMixin.prime`), so that the outcome travels back as soon as it is settled, and a
+waiting ``result`` waits on that poll instead of sending its own after ``submit`` returned.
+A send with claims *holds* its queues (:meth:`PollsMixin.holding`): answers applied
+meanwhile are kept aside, and filed once its claims are registered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import pickle
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+from daskqueue import defaults
+from daskqueue.errors import QueueCallTimeoutError, QueueMovedError
+from daskqueue.serialize import ResultRecord
+
+__all__ = ["PollsMixin", "PRIME_MAX_MESSAGES", "PRIMED_WAIT_S"]
+
+logger = logging.getLogger("daskqueue")
+
+#: How long a poll started by a send waits at its queue for an outcome.
+PRIMED_WAIT_S = defaults.RESULT_POLL_SLICE_S
+
+#: Sends of at most this many messages start a long poll (:meth:`ResultCollector.prime`): a
+#: single ``submit`` waited on by ``result`` is the case; a big send's outcomes are read by
+#: ``map`` / ``as_completed`` rounds, which a poll answered early would not help.
+PRIME_MAX_MESSAGES = 16
+
+
+@dataclass(eq=False)
+class _Fetch:
+    """A ``fetch_outcomes`` call in flight to queue ``q``, sent with ``cursors``."""
+
+    q: int
+    pending: Any
+    cursors: tuple[int, int]
+    wait_s: float = 0.0
+    sent_at: float = 0.0
+
+    def done(self) -> bool:
+        """Whether its answer is here (a pending without a future: answered already)."""
+        future = getattr(self.pending, "future", None)
+        return future is None or bool(future.done())
+
+
+class PollsMixin:
+    """``prime``, ``poll`` and ``holding`` of the result collector."""
+
+    # Owned by ResultCollector.
+    _n: int
+    producer: int
+    _call: Callable[..., Any]
+    _answer: Callable[[int, Any, float | None], Any]
+    _cursors: list[int]
+    _dead_cursors: list[int]
+    settled: list[int]
+    removed: set[int]
+    _lock: threading.RLock
+    _closing: list[Any]
+    _long: dict[int, _Fetch]
+    _holds: dict[int, int]
+    _held: dict[int, list[tuple[list[ResultRecord], list[Any]]]]
+
+    def _take_results(self, records: list[ResultRecord]) -> int:
+        raise NotImplementedError
+
+    def _take_dead(self, q: int, dead: list[tuple[int, int, bytes, Any]]) -> int:
+        raise NotImplementedError
+
+    def _release_completed(self) -> None:
+        raise NotImplementedError
+
+    def prime(self, queues: Iterable[int]) -> None:
+        """A small send went to these queues: start a long poll at each that has none in
+        flight, so that its outcome comes back as soon as it is settled (see the module
+        docstring). Never waits; a queue that cannot be called now is skipped (the next
+        poll finds out why)."""
+        if self._call is None:
+            return
+        with self._lock:
+            for q in set(queues):
+                if q in self._long or q in self.removed or q >= self._n:
+                    continue
+                try:
+                    self._long[q] = self._send(q, PRIMED_WAIT_S)
+                except Exception as e:  # an optimisation only: the waiting call reports it
+                    logger.debug("queue %d: no outcome poll started: %s: %s", q, type(e).__name__, e)
+
+    def _send(self, q: int, wait_s: float) -> _Fetch:
+        """Send a ``fetch_outcomes`` to queue ``q`` with the cursors as they are (under the lock)."""
+        cursors = (self._cursors[q], self._dead_cursors[q])
+        # The owner's call keeps its old form (queues of older versions answer it).
+        args = cursors + (wait_s,) + ((self.producer,) if self.producer else ())
+        return _Fetch(q, self._call(q, "fetch_outcomes", *args), cursors, wait_s, time.monotonic())
+
+    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None) -> int:
+        """Fetch what the queues have (one call per queue); return how many outcomes arrived.
+
+        With ``queue_index``, ask only that queue; with ``wait_s``, a queue with nothing new
+        holds the call up to ``wait_s`` until an outcome arrives (a long poll; one already in
+        flight to that queue is waited on instead of sending another). Each answer is waited
+        for until ``deadline`` (monotonic; default: the table's own). The lock is never held
+        while waiting: sends and other polls go on meanwhile.
+        """
+        with self._lock:
+            which = [q for q in range(self._n) if q not in self.removed] if queue_index is None else [queue_index]
+            # Long polls answered already: applied first, so that fresh fetches carry the
+            # cursors they moved to.
+            answered = [self._long.pop(q) for q in which if q in self._long and self._long[q].done()]
+        n = sum(self._settle_fetch(f, deadline) for f in answered)
+        if n and wait_s > 0:
+            return n  # the caller looks, and waits again if what it wants was not there
+        fetches = []
+        with self._lock:
+            for q in which:
+                try:
+                    if wait_s > 0:
+                        fetch = self._long.get(q)
+                        if fetch is None:
+                            fetch = self._long[q] = self._send(q, wait_s)
+                    else:
+                        fetch = self._send(q, 0.0)
+                except QueueMovedError:
+                    continue  # still moving after the wait: the next poll asks again
+                fetches.append(fetch)
+        start = time.monotonic()
+        for fetch in fetches:
+            if fetch.wait_s > 0 and fetch.sent_at + fetch.wait_s > start + wait_s:
+                # Somebody else's longer poll (a primed one): wait only as long as asked.
+                n += self._settle_fetch(fetch, deadline, until=start + wait_s)
+            else:
+                n += self._settle_fetch(fetch, deadline)
+        return n
+
+    def _settle_fetch(self, fetch: _Fetch, deadline: float | None, until: float | None = None) -> int:
+        """Wait for a fetch's answer (outside the lock) and apply it; the outcomes filed.
+        With ``until``, stop waiting then (0: not answered yet; the poll stays in flight)
+        unless the poll itself is overdue or ``deadline`` comes first."""
+        q = fetch.q
+        if until is not None:
+            overdue = fetch.sent_at + fetch.wait_s + defaults.CALL_TIMEOUT_S
+            if deadline is None or until < deadline:
+                if until < overdue:
+                    try:
+                        answer = self._answer(q, fetch.pending, until)
+                    except QueueCallTimeoutError:
+                        return 0
+                    except BaseException:
+                        self._drop_long(fetch)
+                        raise
+                    return self._apply(fetch, answer)
+                deadline = overdue if deadline is None else min(deadline, overdue)
+        try:
+            answer = self._answer(q, fetch.pending, deadline)
+        except QueueMovedError:
+            self._drop_long(fetch)
+            return 0  # the next poll asks the queue where it moved to
+        except BaseException:
+            self._drop_long(fetch)
+            raise
+        return self._apply(fetch, answer)
+
+    def _drop_long(self, fetch: _Fetch) -> None:
+        with self._lock:
+            if self._long.get(fetch.q) is fetch:
+                del self._long[fetch.q]
+
+    def _apply(self, fetch: _Fetch, answer: tuple[int, bytes, int, list[Any]]) -> int:
+        """File a fetch's answer if it was sent with the cursors as they are now (else drop
+        it: see the module docstring); the outcomes filed."""
+        q = fetch.q
+        cursor, blob, dead_cursor, dead = answer
+        records = pickle.loads(blob)
+        with self._lock:
+            if self._long.get(q) is fetch:
+                del self._long[q]
+            if (self._cursors[q], self._dead_cursors[q]) != fetch.cursors:
+                return 0  # another fetch's answer moved them: this one's is in it or still queued
+            if dead_cursor < fetch.cursors[1]:
+                # The queue was rebuilt from disk and numbers its dead letters afresh
+                # (replayed or purged ones are gone): read them all again; a failure
+                # already known is recorded once.
+                dead_cursor = 0
+            self._cursors[q], self._dead_cursors[q] = cursor, dead_cursor
+            if not records and not dead:
+                return 0
+            if self._holds.get(q):
+                self._held.setdefault(q, []).append((records, dead))
+                return 0
+            return self._file(q, records, dead)
+
+    def _file(self, q: int, records: list[ResultRecord], dead: list[Any]) -> int:
+        """File outcomes of queue ``q`` (under the lock); how many."""
+        got = self._take_results(records) + self._take_dead(q, dead)
+        self.settled[q] += got
+        if self._closing and got:
+            self._release_completed()
+        return got
+
+    @contextlib.contextmanager
+    def holding(self, queues: Iterable[int]) -> Iterator[None]:
+        """While inside, outcomes from these queues are kept aside, not filed; filed on the
+        way out. A send with claims holds its queues until its claims are registered, so
+        that no outcome of the send lands in the results first (where another caller may
+        take it, and the ``map`` would wait forever). Waits for nothing but the lock."""
+        queues = set(queues)
+        with self._lock:
+            for q in queues:
+                self._holds[q] = self._holds.get(q, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                for q in queues:
+                    self._holds[q] -= 1
+                    if not self._holds[q]:
+                        del self._holds[q]
+                        for records, dead in self._held.pop(q, ()):
+                            self._file(q, records, dead)
