@@ -14,6 +14,8 @@ from typing import Any, Generator
 from distributed.actor import Actor
 from distributed.protocol import to_serialize
 
+from daskqueue.errors import QueueClosedError
+
 __all__ = ["DirectActor", "WorkerActor"]
 
 
@@ -91,6 +93,13 @@ class DirectActor(Actor):
             )
         except OSError:
             raise OSError("Unable to contact Actor's worker") from None
+        except KeyError as e:
+            if e.args != (self.key,):
+                raise
+            # The worker no longer holds the actor: it was released (its pool closed it, or
+            # its owner removed that queue). Dask's own proxy leaves such a call unanswered;
+            # here it is a typed answer at once, which the tables read as "closed".
+            raise QueueClosedError(f"{self.key} is no longer on its worker {self._address}: released") from None
         if answer["status"] == "OK":
             return answer["result"]
         raise answer["exception"]
