@@ -71,10 +71,14 @@ class _Claim:
 
     def lose(self, on_lost_queue: Callable[[int], bool]) -> list[Future]:
         """Positions whose message id ``on_lost_queue`` (their queue was lost: no outcome
-        will come) have no outcome to come; return their futures that had none."""
+        will come) have no outcome to come; return their futures that had none.
+
+        ``on_lost_queue`` asks the collector (its lock): it is called before this claim's
+        lock is taken, never under it, because a poll filing outcomes holds the collector's
+        lock and then takes this claim's (the other order would deadlock the two threads)."""
+        lost = [k for k, i in enumerate(self.ids) if i is not None and not self._done[k] and on_lost_queue(i)]
         with self._lock:
-            return [self.futures[k] for k, i in enumerate(self.ids)
-                    if i is not None and not self._done[k] and on_lost_queue(i) and self._first(k)]
+            return [self.futures[k] for k in lost if self._first(k)]
 
     def abandon(self) -> list[Future]:
         """Ignore every outcome from now on; return the futures that had none."""
