@@ -160,10 +160,12 @@ class ResultCollector(PollsMixin):
             if new is None:
                 got_r, got_f = _wanted(results, ids), _wanted(failures, ids)
             else:
+                # An outcome filed twice (at-least-once) is in the log twice: taken once.
+                new = list(dict.fromkeys(new))
                 got_r = [i for i in new if i in ids and i in results]
                 got_f = [i for i in new if i in ids and i in failures] if failures else []
             values = list(map(results.pop, got_r)) + list(map(failures.pop, got_f))
-            self._arrivals.compact(lambda: list(results) + list(failures), len(results) + len(failures))
+            self._trim_arrivals()
             if not results:
                 self.forget_consumers()
             return got_r + got_f, values, self._arrivals.end()
@@ -176,7 +178,18 @@ class ResultCollector(PollsMixin):
             setattr(self, which, {})
             if which == "results":
                 self.forget_consumers()
+            self._trim_arrivals()
             return out
+
+    def _trim_arrivals(self) -> None:
+        """Keep the arrival log near the outcomes still held (whoever took the others:
+        ``results(clear=True)`` never reads the log, and must not leave it growing)."""
+        results, failures = self.results, self.failures
+        if not results and not failures:
+            if len(self._arrivals):
+                self._arrivals.clear()
+        else:
+            self._arrivals.compact(lambda: list(results) + list(failures), len(results) + len(failures))
 
     def forget_consumers(self) -> None:
         """The results were all taken: who ran them is not asked any more."""
@@ -201,6 +214,7 @@ class ResultCollector(PollsMixin):
         with self._lock:
             for i in ids:
                 self.failures.pop(i, None)
+            self._trim_arrivals()
 
     def has_moves(self) -> bool:
         return bool(self._moves)

@@ -45,3 +45,25 @@ def test_collector_take_since_only_new_and_wanted() -> None:
     _, values, _ = c.take_since(wanted, None)  # a new taker scans everything held
     assert values == [7]
     assert sorted(c.results) == [make_id(0, s) for s in (5, 6, 8, 9, 10)]
+
+
+def test_an_outcome_filed_twice_is_taken_once() -> None:
+    from daskqueue.messages import make_id
+    from daskqueue.results import ResultCollector
+
+    c = ResultCollector(1, call=None, answer=None)  # type: ignore[arg-type]
+    _, _, cursor = c.take_since({make_id(0, 99)}, None)
+    c._succeed_here(0, 0, ["a"])
+    c._succeed_here(0, 0, ["a"])  # delivered again (at-least-once): the log holds it twice
+    got, values, _ = c.take_since({make_id(0, 0)}, cursor)
+    assert got == [make_id(0, 0)] and values == ["a"]
+
+
+def test_results_taken_with_clear_leave_no_log_behind() -> None:
+    from daskqueue.results import ResultCollector
+
+    c = ResultCollector(1, call=None, answer=None)  # type: ignore[arg-type]
+    for k in range(30):
+        c._succeed_here(0, k * 10_000, list(range(10_000)))
+        c.take_all("results")  # what results(clear=True) does
+    assert len(c.results) == 0 and len(c._arrivals) == 0
