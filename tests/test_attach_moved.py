@@ -174,3 +174,20 @@ def test_a_producer_in_another_process_maps_exactly_while_the_owner_moves_its_me
     assert got["map"] == list(range(300))
     assert got["results"] == 0 and got["failures"] == 0
     assert qp.results() == {}  # none of its outcomes in the owner's
+
+
+@pytest.mark.timeout(10)
+def test_moves_and_replays_put_without_the_durable_sync_wait_first() -> None:
+    """Review finding 4: under fsync="always" a durable queue's ``put_batch`` answers after
+    an await on the sync; ``adopt`` and ``replay_dead`` file an attached producer's moved
+    record right after their put, so they must use the unwrapped body (no await between)."""
+    import inspect
+
+    from daskqueue.queue.base import QueueActorBase
+    from daskqueue.queue.durable import DurableQueue
+
+    assert DurableQueue.put_batch.__code__ is not QueueActorBase._put_now.__code__  # wrapped
+    assert DurableQueue._put_now.__code__ is QueueActorBase._put_now.__code__  # the body itself
+    for method in (DurableQueue.adopt, DurableQueue.replay_dead):
+        source = inspect.getsource(inspect.unwrap(method))
+        assert "self._put_now(" in source and "self.put_batch(" not in source, method.__name__

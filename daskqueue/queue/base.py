@@ -269,6 +269,13 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         self._work_changed()
         return ranges
 
+    #: ``put_batch``'s own body, never wrapped: a durable queue under ``fsync="always"``
+    #: wraps the actor method so that its answer waits for the sync (an await), and callers
+    #: that must act before any consumer can lease what they put (``adopt``, ``replay_dead``:
+    #: the moved record of an attached producer goes first) call this instead; their own
+    #: answers are wrapped and wait for the sync.
+    _put_now = put_batch
+
     def _check_group(self, g: Any) -> None:
         """Refuse a put group this queue cannot hold: a payload over ``max_message_bytes``
         (:class:`PayloadTooLargeError`; a packed blob counts whole: clients pack no more than

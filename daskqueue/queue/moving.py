@@ -172,8 +172,9 @@ class MovingMixin:
             self._core.fence_from(source, fenced)
             self._check_fences_soon()
         again = token in self._tokens  # type: ignore[attr-defined]
-        ranges = await self.put_batch(blob, token)
-        # No await between the put and here: no consumer can have leased these messages yet.
+        ranges = await self._put_now(blob, token)  # type: ignore[attr-defined]  # (queue/base.py)
+        # No await between the put and here (``_put_now`` is never wrapped by a durable
+        # queue's sync wait): no consumer can have leased these messages yet.
         if origins and not again:
             self._note_moved(ranges, origins)
         return ranges

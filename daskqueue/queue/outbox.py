@@ -258,7 +258,8 @@ class OutboxMixin:
             return []
         groups = [moved_group(Span(d.chunk, d.index, d.index + 1), 0.0) for d in dead]
         funcs = {g.digest: self._funcs[g.digest] for g in groups if g.digest is not None and g.digest in self._funcs}
-        ranges = await self.put_batch(encode_put(groups, funcs), os.urandom(TOKEN_SIZE))
+        # The unwrapped put (queue/base.py ``_put_now``): no await before the moved record.
+        ranges = await self._put_now(encode_put(groups, funcs), os.urandom(TOKEN_SIZE))  # type: ignore[attr-defined]
         self._note_replayed(dead, ranges)  # type: ignore[attr-defined]  # attached producers' (queue/moving.py)
         if self._paused is not None:
             await self._unpaused()
