@@ -18,6 +18,10 @@ __all__ = ["scheduler_workers", "worker_threads"]
 def scheduler_workers(client: Any, *, timeout_s: float = defaults.CONTROL_CALL_TIMEOUT_S) -> dict[str, Any]:
     """``{address: worker info}`` of every worker the scheduler of ``client`` knows now;
     raises a ``TimeoutError`` after ``timeout_s``."""
+    if getattr(client, "asynchronous", False):
+        # ``sync`` would hand back a coroutine here (the caller is on the client's own loop
+        # and cannot block on it): the client's cache, as before this module.
+        return dict(client.scheduler_info(n_workers=-1)["workers"])
     info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout_s)
     return dict(info["workers"])
 

@@ -59,3 +59,6 @@ async def test_the_asyncio_api_works_with_an_asynchronous_client():
         await cp.join_async(timeout=60)
         await cp.close_async()
         await qp.close_async()
+        default = await QueuePool(client)  # the default n_queues, counted from an async client
+        assert default.n_queues >= 1
+        await default.close_async()
