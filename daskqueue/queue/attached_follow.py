@@ -20,6 +20,7 @@ A queue that is neither serving nor removed (being reopened elsewhere) is waited
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Callable
 
@@ -110,28 +111,32 @@ def apply_entry(pool: Any, entry: dict[str, Any], handle_of: Callable[[Any], Any
 def follower_of(pool: Any, read_entry: Callable[[], dict[str, Any] | None],
                 handle_of: Callable[[Any], Any]) -> Callable[[], bool]:
     """``follow()`` for attached handle ``pool``: at most once per ``FOLLOW_S`` (and only if
-    no other thread holds the collector's lock: it tries again later), read the registry
+    no other thread is reading it: it tries again later), read the registry
     entry with ``read_entry()`` and apply it. True when it read it. Never raises: a registry
     that cannot be read, or a pool no longer registered, is for the calls to report."""
     last = [time.monotonic()]  # just attached: the entry was read then
 
+    reading = threading.Lock()  # one reader at a time; never the collector's lock (below)
+
     def follow() -> bool:
         if pool.closed or time.monotonic() - last[0] < FOLLOW_S:
             return False
-        lock = pool.collector.exclusive()
-        if not lock.acquire(blocking=False):
+        if not reading.acquire(blocking=False):
             return False
         try:
             last[0] = time.monotonic()
             try:
+                # Read without the collector's lock: it is never held across a network wait
+                # (a scheduler round trip here stalled every thread filing this handle's outcomes).
                 entry = read_entry()
             except Exception as e:  # the registry is for finding pools: try again later
                 logger.debug("%r: registry not read: %s", pool, e)
                 return True
             if entry is not None and "config" in entry:
-                apply_entry(pool, entry, handle_of)
+                with pool.collector.exclusive():
+                    apply_entry(pool, entry, handle_of)
             return True
         finally:
-            lock.release()
+            reading.release()
 
     return follow

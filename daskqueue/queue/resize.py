@@ -95,6 +95,10 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
             raise JoinTimeoutError(timeout_s or 0.0, {"ready": s.ready, "delayed": s.delayed, "leased": s.leased})
         table.check_scheduler()
         time.sleep(defaults.MOVE_POLL_S)
+    # Closed: the owner's polls (other threads: an executor, a join) skip it from now on, not
+    # after the registry round trips below (a poll there got QueueClosedError, which an
+    # executor takes for the end of the pool).
+    pool.collector.removed.add(index)
     # Registered as removed before its actor is released: an attached handle whose call then
     # fails as if the worker died finds it removed, not lost.
     table.removed.add(index)
