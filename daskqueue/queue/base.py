@@ -147,6 +147,9 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         self._core.detach = detach_payload
         self._funcs = FunctionTable()  # see daskqueue.queue.functions
         self._tokens: dict[bytes, tuple[int, int]] = {}  # put token -> (first seq, count)
+        # record_outcomes tokens, apart: early-acked batches must not push put tokens out
+        # (a put retried after a lost answer would then be stored twice). Handed off.
+        self._outcome_tokens: dict[bytes, None] = {}
         self._closed = False
         self._handed_off = False  # its state went to a successor: it serves no more (see handoff)
         self._get_calls = 0
@@ -303,6 +306,13 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         self._tokens[token] = (ranges[0][0], sum(n for _, n in ranges))
         if len(self._tokens) > TOKENS_KEPT:  # dicts keep insertion order: drop the oldest
             del self._tokens[next(iter(self._tokens))]
+
+    def _remember_outcome_token(self, token: bytes | None) -> None:
+        if token is None:
+            return
+        self._outcome_tokens[token] = None
+        if len(self._outcome_tokens) > TOKENS_KEPT:
+            del self._outcome_tokens[next(iter(self._outcome_tokens))]
 
     # -- settling -------------------------------------------------------------------------------
 

@@ -172,6 +172,7 @@ class HandoffMixin:
             "results_base": self._results_base,
             "producers": self._producers.export(now),  # their cursors, liveness and forgotten tags
             "tokens": self._tokens,
+            "outcome_tokens": self._outcome_tokens,
             "get_calls": self._get_calls,
             "task_s": self._task_s,
         }
@@ -184,5 +185,6 @@ class HandoffMixin:
         if "producers" in state:  # a predecessor of an older version had none
             self._producers.load(state["producers"], self._now())
         self._tokens = state["tokens"]
+        self._outcome_tokens = state.get("outcome_tokens", {})  # none from an older predecessor
         self._get_calls = state["get_calls"]
         self._task_s = state["task_s"]

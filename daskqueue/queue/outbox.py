@@ -65,6 +65,7 @@ class OutboxMixin:
     _funcs: FunctionTable
     _handed_off: bool
     _tokens: dict[bytes, tuple[int, int]]
+    _outcome_tokens: dict[bytes, None]
     _remember_token: Any
 
     def _init_outbox(self) -> None:
@@ -112,12 +113,12 @@ class OutboxMixin:
         with the token of one this queue (or its predecessor) stored stores nothing."""
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
-        if token is not None and token in self._tokens:  # kept (and handed off) with the put tokens
+        if token is not None and token in self._outcome_tokens:  # kept and handed off (queue/base.py)
             return
         self._start()
         record = ResultRecord(self.index, ranges, sorted(errors), results, errors, consumer)
         self._store_record(record, producers or [0] * len(ranges))
-        self._remember_token(token, ranges)
+        self._remember_outcome_token(token)
         try:
             self._after_change(self._now())
         finally:  # the results are kept even if storage failed (see DurableQueue)

@@ -79,3 +79,25 @@ async def test_record_outcomes_made_again_where_the_queue_moved_is_stored_once()
     _, blob, _, _ = await successor.fetch_outcomes(0, 0)
     assert [record.ranges for record in pickle.loads(blob)] == [[(0, 1)]]  # stored once, not twice
     await successor.close()
+
+
+async def test_record_outcomes_tokens_do_not_push_put_tokens_out():
+    """Review finding 10: early-acked batches' tokens shared the bounded put-token dict, so
+    10,000 of them made a put retried after a lost answer look new (stored twice)."""
+    import os
+    import pickle
+
+    from daskqueue.queue.base import TOKENS_KEPT
+    from daskqueue.queue.transient import TransientQueue
+    from daskqueue.serialize import Group, encode_put, pack_payloads
+
+    queue = TransientQueue(0)
+    offsets, data = pack_payloads([("x",)], max_message_bytes=1 << 20)
+    blob = encode_put([Group(1, None, None, 0, None, 0.0, 1, offsets, data)], {})
+    put_token = os.urandom(16)
+    first = await queue.put_batch(blob, put_token)
+    for k in range(TOKENS_KEPT + 10):
+        await queue.record_outcomes([(0, 1)], {}, pickle.dumps(["r"]), 0, [0], os.urandom(16))
+    assert await queue.put_batch(blob, put_token) == first  # recognised: not stored again
+    assert (await queue.stats()).ready == 1
+    await queue.close()
