@@ -206,6 +206,7 @@ def dead_letters(args: argparse.Namespace) -> int:
     from daskqueue import registry
     from daskqueue.messages import make_id, split_id
     from daskqueue.results import dead_letter_of
+    from daskqueue.serialize import dead_rows
 
     client = _connect(args.scheduler)
     try:
@@ -231,11 +232,12 @@ def dead_letters(args: argparse.Namespace) -> int:
             if wanted is not None and not seqs:
                 continue
             if args.action == "list":
-                rows = handle.dead_letters(args.limit, seqs).result(timeout=30)
+                rows = dead_rows(handle.dead_letters(args.limit, seqs).result(timeout=30))
                 digests = sorted({r[5] for r in rows if r[5] is not None})
                 funcs = _load_functions(handle.get_functions(digests).result(timeout=30)) if digests else {}
+                blobs: dict[int, Any] = {}
                 for row in rows:
-                    d = dead_letter_of(q, row, funcs)
+                    d = dead_letter_of(q, row, funcs, blobs)
                     when = d.when.isoformat(timespec="seconds") if d.when else "?"
                     print(f"{d.task_id}\t{when}\tattempts={d.attempts}\t{d.error_type}: {d.message[:200]}"
                           f"\tpayload={d.payload!r:.200}")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import datetime
 import logging
-import pickle
 from dataclasses import dataclass
 from typing import Any
 
 from daskqueue.messages import decode_error, make_id
+from daskqueue.serialize import load_payload
 
 __all__ = ["DeadLetter", "dead_letter_of"]
 
@@ -40,9 +40,11 @@ class DeadLetter:
                 f"attempts={self.attempts})")
 
 
-def dead_letter_of(q: int, row: tuple[Any, ...], funcs: dict[bytes, Any]) -> DeadLetter:
+def dead_letter_of(q: int, row: tuple[Any, ...], funcs: dict[bytes, Any],
+                   blobs: dict[int, Any] | None = None) -> DeadLetter:
     """A :class:`DeadLetter` from a queue's ``dead_letters`` row; ``funcs`` caches the
-    unpickled functions by digest."""
+    unpickled functions by digest, ``blobs`` the packed blobs of the rows of one listing
+    (see :func:`~daskqueue.serialize.load_payload`)."""
     from daskqueue.messages import Kind
 
     seq, attempts, error, wall, kind, digest, type_, key, priority, data = row
@@ -50,7 +52,7 @@ def dead_letter_of(q: int, row: tuple[Any, ...], funcs: dict[bytes, Any]) -> Dea
     payload: Any = None
     if data is not None:
         try:
-            value = pickle.loads(data)
+            value = load_payload(data, {} if blobs is None else blobs)
             if kind == Kind.RAW:
                 payload = value
             else:

@@ -62,6 +62,9 @@ __all__ = [
     "TaggedResultRecord",
     "dumps",
     "loads",
+    "PackedRef",
+    "load_payload",
+    "dead_rows",
 ]
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -296,6 +299,41 @@ class _PackedItem:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return packed_item, (self.blob, self.index)
+
+
+class PackedRef:
+    """Payload ``index`` of a packed ``blob``, not unpickled: what a queue's dead-letter
+    listing carries for a packed message. Rows of one chunk share one blob object, and the
+    listing is one pickle, so each blob travels once (its own pickle per row copied the
+    whole group's blob into every row). :func:`load_payload` reads it."""
+
+    __slots__ = ("blob", "index")
+
+    def __init__(self, blob: bytes, index: int) -> None:
+        self.blob = blob
+        self.index = index
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return PackedRef, (self.blob, self.index)
+
+
+def load_payload(data: bytes | PackedRef, cache: dict[int, Any]) -> Any:
+    """A message's payload from a dead-letter row's ``data``: its pickle, or a
+    :class:`PackedRef` (``cache`` keeps each blob unpickled once, by identity, for as long
+    as the caller holds the rows)."""
+    if not isinstance(data, PackedRef):
+        return pickle.loads(data)
+    key = id(data.blob)
+    if key not in cache:
+        obj = pickle.loads(data.blob)
+        cache[key] = (data.blob, obj)  # the blob kept alive with it: its id stays its own
+    obj = cache[key][1]
+    return (obj[0][data.index],) if type(obj) is tuple else obj[data.index]
+
+
+def dead_rows(answer: bytes | list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The rows of a queue's ``dead_letters`` answer (one pickle; a list from older queues)."""
+    return pickle.loads(answer) if isinstance(answer, (bytes, bytearray)) else list(answer)
 
 
 def packed_item_pickle(blob: bytes, index: int) -> bytes:

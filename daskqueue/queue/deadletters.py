@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 import cloudpickle
 
+from daskqueue.serialize import dead_rows
 from daskqueue.errors import ConfigurationError
 from daskqueue.messages import make_id, split_id
 from daskqueue.queue.table import QueueTable
@@ -22,7 +23,7 @@ def dead_letters(table: QueueTable, limit: int | None) -> list[DeadLetter]:
     """The dead-lettered messages of every reachable queue (see ``QueuePool.dead_letters``)."""
     check_number("limit", limit, integer=True, at_least=0, none_ok=True)
     calls = [(q, table.call(q, "dead_letters", limit)) for q in table.reachable()]
-    rows = [(q, row) for q, pending in calls for row in table.answer_or_ask_again(q, pending)]
+    rows = [(q, row) for q, pending in calls for row in dead_rows(table.answer_or_ask_again(q, pending))]
     digests: dict[int, set[bytes]] = {}
     for q, row in rows:
         if row[5] is not None:
@@ -34,7 +35,8 @@ def dead_letters(table: QueueTable, limit: int | None) -> list[DeadLetter]:
                 funcs[digest] = cloudpickle.loads(blob)
             except Exception as e:
                 logger.debug("dead letters: function %s not loadable here: %s", digest.hex()[:12], e)
-    out = [dead_letter_of(q, row, funcs) for q, row in rows]
+    blobs: dict[int, Any] = {}  # each packed blob unpickled once for the whole listing
+    out = [dead_letter_of(q, row, funcs, blobs) for q, row in rows]
     return out if limit is None else out[:limit]
 
 

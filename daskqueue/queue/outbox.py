@@ -220,11 +220,14 @@ class OutboxMixin:
 
     # -- dead-letter admin ----------------------------------------------------------------------
 
-    async def dead_letters(self, limit: int | None = None, seqs: list[int] | None = None) -> list[tuple[Any, ...]]:
-        """The dead letters (the first ``limit``, or those with these ``seqs``), oldest first:
+    async def dead_letters(self, limit: int | None = None, seqs: list[int] | None = None) -> bytes:
+        """The dead letters (the first ``limit``, or those with these ``seqs``), oldest first,
+        as one pickle (read it with :func:`~daskqueue.serialize.dead_rows`) of rows
         ``(seq, attempts, error, wall time, kind, function digest, type, key, priority,
-        payload bytes or None)`` each: a ``pickle.loads`` of the payload bytes gives the
-        message's payload, as it was put."""
+        payload or None)``: the payload is its pickle's bytes, or for a packed message a
+        :class:`~daskqueue.serialize.PackedRef` (read both with
+        :func:`~daskqueue.serialize.load_payload`). One pickle, so that the rows of one
+        packed chunk carry its blob once."""
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
         self._check_serving()
@@ -236,13 +239,11 @@ class OutboxMixin:
         out = []
         for d in dead:
             meta, payload = d.chunk.meta, d.chunk.payload
-            # One pickle per message (of a packed chunk, one that takes its item from the
-            # blob when loaded: this queue never unpickles user data).
-            data = None if payload is None else payload.message_bytes(d.index)
+            data = None if payload is None else payload.listed(d.index)  # this queue never unpickles it
             out.append((d.seq, d.attempts, d.error, d.at + offset,
                         getattr(meta, "kind", None), getattr(meta, "digest", None), d.chunk.type, d.chunk.key,
                         d.chunk.priority, data))
-        return out
+        return pickle.dumps(out, PROTOCOL)
 
     async def replay_dead(self, seqs: list[int] | None = None) -> list[tuple[int, int, int, int]]:
         """Put dead letters (all, or those with these ``seqs``) back as new ready messages,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskqueue.queue.core import Chunk, Lease, Span
-from daskqueue.serialize import Group, Segment, packed_item_pickle
+from daskqueue.serialize import Group, PackedRef, Segment, packed_item_pickle
 
 __all__ = ["ChunkPayload", "detach_payload", "packed_payload", "delivery_segment", "moved_group", "ran_ranges",
            "ranges_of"]
@@ -49,6 +49,13 @@ class ChunkPayload:
         that unpickles the blob and takes the item, see ``packed_item_pickle``)."""
         if self.packed:
             return packed_item_pickle(self.data, self.first + i)
+        return bytes(self.data[self.offsets[i] : self.offsets[i + 1]])
+
+    def listed(self, i: int) -> bytes | PackedRef:
+        """Message ``i``'s payload for a dead-letter listing: its bytes, or (packed) a
+        :class:`~daskqueue.serialize.PackedRef` sharing this chunk's blob."""
+        if self.packed:
+            return PackedRef(self.data, self.first + i)
         return bytes(self.data[self.offsets[i] : self.offsets[i + 1]])
 
     def nbytes(self, start: int, stop: int) -> int:

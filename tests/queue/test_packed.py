@@ -18,6 +18,7 @@ from daskqueue.queue.core import Span
 from daskqueue.queue.encode import LazyBatches, PutOptions, encode_calls, encode_payloads, pack_bound
 from daskqueue.queue.payload import ChunkPayload, delivery_segment, detach_payload, moved_group
 from daskqueue.results import dead_letter_of
+from daskqueue.serialize import dead_rows
 from daskqueue.serialize import (
     PACK_MAX_BYTES,
     PACK_MAX_MESSAGES,
@@ -217,7 +218,7 @@ def test_a_packed_dead_letter_shows_its_arguments_and_replays():
         await q.put_batch(blob_of(batch))
         lease_id, _ = await lease(q, 10)
         await settle(q, lease_id, 10, errors=(4,))
-        (row,) = await q.dead_letters()
+        (row,) = dead_rows(await q.dead_letters())
         assert row[0] == 4 and row[4] == Kind.CALL
         d = dead_letter_of(0, row, {row[5]: tasks.double})
         assert d.payload == (tasks.double, (24,), {})
@@ -227,7 +228,7 @@ def test_a_packed_dead_letter_shows_its_arguments_and_replays():
         lease_id, items = await lease(q, 10)
         assert items == [(10, (24,), 0)]
         await settle(q, lease_id, 1)
-        assert await q.dead_letters() == []
+        assert dead_rows(await q.dead_letters()) == []
         await q.close()
 
     run(main())
@@ -315,3 +316,22 @@ def _chunk(group):
         offsets.frombytes(group.offsets)
         payload = ChunkPayload(offsets, group.data)
     return Chunk(0, group.count, group.priority, payload, group.meta(), True, group.type, group.key)
+
+
+def test_a_listing_of_many_packed_dead_letters_carries_their_blob_once():
+    """Review finding 6: each row was its own pickle holding the whole group's blob, so
+    1,000 dead letters of one packed group listed ~1,000 copies of it."""
+    async def main():
+        q = TransientQueue(0, max_retries=0)
+        (batch,) = map_batches(["x" * 200 + str(i) for i in range(200)])
+        await q.put_batch(blob_of(batch))
+        lease_id, _ = await lease(q, 200)
+        await settle(q, lease_id, 200, errors=tuple(range(200)))
+        answer = await q.dead_letters()
+        assert len(pickle.dumps(answer)) < 2 * len(batch.groups[0].data)  # one blob on the wire, not 200
+        blobs: dict = {}
+        letters = [dead_letter_of(0, row, {row[5]: tasks.double}, blobs) for row in dead_rows(answer)]
+        assert [d.payload[1] for d in letters] == [("x" * 200 + str(i),) for i in range(200)]
+        await q.close()
+
+    asyncio.run(main())
