@@ -173,6 +173,7 @@ class HandoffMixin:
             "producers": self._producers.export(now),  # their cursors, liveness and forgotten tags
             "tokens": self._tokens,
             "outcome_tokens": self._outcome_tokens,
+            "adopted": self._adopted,  # the given ids of attached producers' adopted runs
             "get_calls": self._get_calls,
             "task_s": self._task_s,
         }
@@ -186,5 +187,7 @@ class HandoffMixin:
             self._producers.load(state["producers"], self._now())
         self._tokens = state["tokens"]
         self._outcome_tokens = state.get("outcome_tokens", {})  # none from an older predecessor
+        if state.get("adopted") is not None:
+            self._adopted = state["adopted"]
         self._get_calls = state["get_calls"]
         self._task_s = state["task_s"]

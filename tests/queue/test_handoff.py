@@ -174,3 +174,20 @@ async def test_a_durable_queue_whose_successor_holds_the_directory_stays_handed_
         await q.stats()
     assert (await successor.stats()).ready == 1
     await successor.close()
+
+
+def test_a_successor_keeps_the_given_ids_of_attached_producers_adopted_runs():
+    """Review finding 7: the ids attached producers were given for messages moved here went
+    with a hand-off's state no more, so a later move named this queue's seqs instead."""
+    import asyncio
+
+    from daskqueue.queue.transient import TransientQueue
+
+    async def main():
+        old = TransientQueue(1)
+        old._adopted.add(100, 10, 0, 7)  # seqs 100.. here were given as queue 0's 7..
+        successor = TransientQueue(1, handoff=await old.hand_off())
+        assert successor._adopted.given(1, 105) == (0, 12)
+        await successor.close()
+
+    asyncio.run(main())
