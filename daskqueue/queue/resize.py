@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from daskqueue import defaults, registry
-from daskqueue.errors import ConfigurationError, JoinTimeoutError, QueueLostError
+from daskqueue.errors import ConfigurationError, JoinTimeoutError, QueueCallTimeoutError, QueueLostError
 from daskqueue.messages import MAX_QUEUES
 from daskqueue.queue.actors import start_actors
 from daskqueue.queue.attached_follow import FOLLOW_S
@@ -144,20 +144,28 @@ def _call_deadline(deadline: float | None) -> float | None:
 def forward_records(pool: Any, q: int, nodes: list[int]) -> int:
     """Drained queue ``q`` hands the records its attached producers have not fetched (their
     outcomes, and moved records) to one of the queues ``nodes``, where they read them; each
-    destination is tried in turn (bounded calls). Returns how many records went; if no queue
-    took them, logs it (the removal goes on: those producers then miss those outcomes)."""
+    destination is tried in turn (bounded calls), in rounds, for up to ``MOVE_WAIT_S``.
+    Returns how many records went. If no queue took them, raises
+    :class:`QueueCallTimeoutError`: the removal stops with queue ``q`` still open (nothing
+    is closed away; ``remove_queue`` can be called again)."""
     table = pool.table
-    errors = []
-    for dest in [d for d in nodes if d not in table.lost]:
-        try:
-            return int(table.ask(q, "forward_records", dest, deadline=_call_deadline(
-                time.monotonic() + 2 * defaults.CONTROL_CALL_TIMEOUT_S)))
-        except Exception as e:  # that destination did not take them: the next one may
-            errors.append(f"queue {dest}: {type(e).__name__}: {e}")
-    if errors:
-        logger.warning("%r: queue %d's records of attached producers were not handed on (%s); "
-                       "those producers miss those outcomes", pool, q, "; ".join(errors))
-    return 0
+    started = time.monotonic()
+    errors: list[str] = []
+    while True:
+        errors = []
+        for dest in [d for d in nodes if d not in table.lost and d not in table.removed]:
+            try:
+                return int(table.ask(q, "forward_records", dest, deadline=_call_deadline(
+                    time.monotonic() + 2 * defaults.CONTROL_CALL_TIMEOUT_S)))
+            except Exception as e:  # that destination did not take them (moving, lost): the next may
+                errors.append(f"queue {dest}: {type(e).__name__}: {e}")
+        if time.monotonic() - started > defaults.MOVE_WAIT_S:
+            break
+        table.check_scheduler()
+        time.sleep(defaults.MOVE_POLL_S)
+    logger.warning("%r: queue %d's records of attached producers were not handed on (%s); "
+                   "the queue stays open", pool, q, "; ".join(errors) or "no queue to take them")
+    raise QueueCallTimeoutError(q, "forward_records", round(time.monotonic() - started, 3))
 
 
 def take_out(pool: Any, q: int) -> None:
