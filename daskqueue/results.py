@@ -26,6 +26,7 @@ from daskqueue.moved import MovedIds
 from daskqueue.outcome_polls import PRIME_MAX_MESSAGES, PRIMED_WAIT_S, PollsMixin, _Fetch
 from daskqueue.queue.producer_results import is_moved_record, moved_runs
 from daskqueue.serialize import ResultRecord
+from daskqueue.stream_claim import StreamClaim
 
 __all__ = ["ResultCollector", "MapClaim", "DeadLetter", "dead_letter_of", "PRIME_MAX_MESSAGES", "PRIMED_WAIT_S"]
 
@@ -239,6 +240,57 @@ class ResultCollector(PollsMixin):
             starts.insert(i, first_seq)
             self._claims[queue_index].insert(i, (count, claim, pos0))
 
+    def claim_stream(self, claim: StreamClaim, runs: list[tuple[int, int, int, int]]) -> bool:
+        """Route the outcomes of ``claim``'s id runs (see :func:`~daskqueue.stream_claim.id_runs`)
+        to it, moving those filed already; False (nothing done) if a run is of no queue of
+        the pool or overlaps another claim (the caller takes from the dicts instead)."""
+        with self._lock:
+            for q, first, count, _ in runs:
+                if q >= self._n or self._claim_overlaps(q, first, count):
+                    return False
+            for q, first, count, pos0 in runs:
+                self.claim(q, first, count, claim, pos0)  # type: ignore[arg-type]
+            if self.results or self.failures:
+                for q, first, count, pos0 in runs:
+                    self._hand_over(q, first, count, claim, pos0)
+            return True
+
+    def _claim_overlaps(self, q: int, first: int, count: int) -> bool:
+        starts = self._claim_starts[q]
+        i = bisect.bisect(starts, first + count - 1) - 1
+        return i >= 0 and starts[i] + self._claims[q][i][0] > first
+
+    def _hand_over(self, q: int, first: int, count: int, claim: StreamClaim, pos0: int) -> None:
+        """Outcomes of messages ``first ..`` of queue ``q`` filed before ``claim`` go to it."""
+        ids = range(make_id(q, first), make_id(q, first + count), MAX_QUEUES)
+        results, failures, miss = self.results, self.failures, _MISS
+        if results:
+            found = [(k, v) for k, i in enumerate(ids) if (v := results.pop(i, miss)) is not miss]
+            if len(found) == count:
+                claim.succeed(pos0, [v for _, v in found])
+            else:
+                for k, v in found:
+                    claim.succeed(pos0 + k, [v])
+        if failures:
+            for k, i in enumerate(ids):
+                if i in failures:
+                    claim.fail(pos0 + k, failures.pop(i))
+
+    def drain_stream(self, claim: StreamClaim) -> tuple[list[int], list[Any]]:
+        """:meth:`StreamClaim.drain` under the lock."""
+        with self._lock:
+            return claim.drain()
+
+    def release_stream(self, claim: StreamClaim) -> None:
+        """Forget ``claim``'s runs; outcomes it got but nobody drained go back to the dicts
+        (an ``as_completed`` closed early: they are ``results()``' again)."""
+        with self._lock:
+            self.release(claim)  # type: ignore[arg-type]
+            got, values = claim.drain()
+            for i, v in zip(got, values):
+                (self.failures if isinstance(v, RemoteTaskError) and v.task_id == i else self.results)[i] = v
+            self._arrivals.add(got)
+
     def exclusive(self) -> Any:
         """The collector's (re-entrant) lock: while a thread holds it, nothing is filed or
         taken (polls still wait for their answers meanwhile). Sends with claims use
@@ -379,6 +431,9 @@ class ResultCollector(PollsMixin):
                 n += 1
         self.dead_received += n
         return n
+
+
+_MISS = object()
 
 
 def _wanted(found: dict[int, Any], ids: set[int]) -> list[int]:
