@@ -21,7 +21,7 @@ from typing import Any, Callable
 from daskqueue.arrivals import Arrivals, Cursor
 from daskqueue.dead_letter import DeadLetter, dead_letter_of
 from daskqueue.errors import RemoteTaskError, SerializationError
-from daskqueue.messages import MAX_QUEUES, decode_error, make_id, split_id
+from daskqueue.messages import MAX_QUEUES, QUEUE_INDEX_BITS, decode_error, make_id, split_id
 from daskqueue.moved import MovedIds
 from daskqueue.outcome_polls import PRIME_MAX_MESSAGES, PRIMED_WAIT_S, PollsMixin, _Fetch
 from daskqueue.queue.producer_results import is_moved_record, moved_runs
@@ -102,7 +102,11 @@ class ResultCollector(PollsMixin):
         # Per queue: sorted first seqs of claimed groups, and (count, claim, first position).
         self._claim_starts: list[list[int]] = [[] for _ in range(n_queues)]
         self._claims: list[list[tuple[int, MapClaim, int]]] = [[] for _ in range(n_queues)]
-        self.results: dict[int, Any] = {}
+        self._results: dict[int, Any] = {}
+        #: Results filed but not yet in the dict: ``(first id, values)`` of consecutive seqs
+        #: of one queue. Put in the dict when it is read; an ``as_completed`` claiming their
+        #: ids takes them by slice, never through the dict (see :meth:`_hand_over`).
+        self._parked: list[tuple[int, list[Any]]] = []
         self.failures: dict[int, RemoteTaskError] = {}
         #: The order the two dicts were filed in (see :meth:`take_since`).
         self._arrivals = Arrivals()
@@ -122,6 +126,26 @@ class ResultCollector(PollsMixin):
         self._long: dict[int, _Fetch] = {}
         self._holds: dict[int, int] = {}
         self._held: dict[int, list[tuple[list[ResultRecord], list[Any]]]] = {}
+
+    @property
+    def results(self) -> dict[int, Any]:
+        """``{task_id: value}`` of the results filed and not taken (of no claim)."""
+        if self._parked:
+            with self._lock:
+                self._unpark()
+        return self._results
+
+    @results.setter
+    def results(self, value: dict[int, Any]) -> None:
+        with self._lock:
+            self._unpark()
+            self._results = value
+
+    def _unpark(self) -> None:
+        parked, self._parked = self._parked, []
+        update = self._results.update
+        for first, values in parked:
+            update(zip(range(first, first + len(values) * MAX_QUEUES, MAX_QUEUES), values))
 
     def add_queues(self, k: int) -> None:
         """The pool has ``k`` more queues (indices from the current count on)."""
@@ -250,7 +274,9 @@ class ResultCollector(PollsMixin):
                     return False
             for q, first, count, pos0 in runs:
                 self.claim(q, first, count, claim, pos0)  # type: ignore[arg-type]
-            if self.results or self.failures:
+            if self._parked:
+                self._hand_over_parked(claim, runs)
+            if self._results or self.failures:
                 for q, first, count, pos0 in runs:
                     self._hand_over(q, first, count, claim, pos0)
             return True
@@ -260,10 +286,40 @@ class ResultCollector(PollsMixin):
         i = bisect.bisect(starts, first + count - 1) - 1
         return i >= 0 and starts[i] + self._claims[q][i][0] > first
 
+    def _hand_over_parked(self, claim: StreamClaim, runs: list[tuple[int, int, int, int]]) -> None:
+        """Parked results of ``claim``'s runs go to it by slice (the rest stay parked)."""
+        mask = MAX_QUEUES - 1
+        wanted: dict[int, list[tuple[int, int, int]]] = {}
+        for q, first, count, pos0 in runs:
+            wanted.setdefault(q, []).append((first, count, pos0))
+        keep: list[tuple[int, list[Any]]] = []
+        for first_id, values in self._parked:
+            spans = wanted.get(first_id & mask)
+            if spans is None:
+                keep.append((first_id, values))
+                continue
+            q, lo = first_id & mask, first_id >> QUEUE_INDEX_BITS
+            pieces = [(lo, values)]
+            for first, count, pos0 in spans:
+                rest = []
+                for plo, pvals in pieces:
+                    a, b = max(first, plo), min(first + count, plo + len(pvals))
+                    if a >= b:
+                        rest.append((plo, pvals))
+                        continue
+                    claim.succeed(pos0 + (a - first), pvals[a - plo:b - plo])
+                    if a > plo:
+                        rest.append((plo, pvals[:a - plo]))
+                    if b < plo + len(pvals):
+                        rest.append((b, pvals[b - plo:]))
+                pieces = rest
+            keep.extend((make_id(q, plo), pvals) for plo, pvals in pieces)
+        self._parked = keep
+
     def _hand_over(self, q: int, first: int, count: int, claim: StreamClaim, pos0: int) -> None:
         """Outcomes of messages ``first ..`` of queue ``q`` filed before ``claim`` go to it."""
         ids = range(make_id(q, first), make_id(q, first + count), MAX_QUEUES)
-        results, failures, miss = self.results, self.failures, _MISS
+        results, failures, miss = self._results, self.failures, _MISS
         if results:
             found = [(k, v) for k, i in enumerate(ids) if (v := results.pop(i, miss)) is not miss]
             if len(found) == count:
@@ -386,15 +442,30 @@ class ResultCollector(PollsMixin):
         self._succeed_here(q, first, values)
 
     def _succeed_here(self, q: int, first: int, values: list[Any]) -> None:
-        owner = self._owner(q, first) if self._claim_starts[q] else None
-        if owner is None:
-            # Ids of consecutive seqs step by MAX_QUEUES: a range, not a make_id call each.
-            ids = range(make_id(q, first), make_id(q, first + len(values)), MAX_QUEUES)
-            self.results.update(zip(ids, values))
-            self._arrivals.add(ids)
-        else:
-            claim, position = owner
-            claim.succeed(position, values)
+        starts = self._claim_starts[q]
+        if not starts:
+            self._park(q, first, values)
+            return
+        # A put group lies within one map's claim, but an as_completed may claim part of one.
+        end = first + len(values)
+        while first < end:
+            i = bisect.bisect(starts, first) - 1
+            if i >= 0 and first < starts[i] + self._claims[q][i][0]:
+                count, claim, pos0 = self._claims[q][i]
+                stop = min(end, starts[i] + count)
+                claim.succeed(pos0 + (first - starts[i]), values if stop - first == len(values) else
+                              values[:stop - first])
+            else:
+                stop = min(end, starts[i + 1]) if i + 1 < len(starts) else end
+                self._park(q, first, values if stop - first == len(values) else values[:stop - first])
+            values = values[stop - first:] if stop < end else values
+            first = stop
+
+    def _park(self, q: int, first: int, values: list[Any]) -> None:
+        first_id = make_id(q, first)
+        self._parked.append((first_id, values))
+        # Ids of consecutive seqs step by MAX_QUEUES: a range, not a make_id call each.
+        self._arrivals.add(range(first_id, first_id + len(values) * MAX_QUEUES, MAX_QUEUES))
 
     def _fail(self, q: int, seq: int, error: bytes, attempts: int) -> None:
         if self._moves.has(q):
