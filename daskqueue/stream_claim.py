@@ -11,6 +11,8 @@ twice). Pure: no Dask, no clock, no I/O; the collector calls it under its lock.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from typing import Any
 
 from daskqueue.errors import RemoteTaskError
@@ -26,16 +28,15 @@ def id_runs(ids: list[int]) -> list[tuple[int, int, int, int]] | None:
     if not ids:
         return runs
     mask = MAX_QUEUES - 1
+    # Where the next id is not the next seq of the same queue, found by counting in C over
+    # halves of the differences (a Python loop per id cost as much as the rest of the call).
+    diffs = list(map(operator.sub, itertools.islice(ids, 1, None), ids))
+    cuts: list[int] = []
+    _breaks(diffs, 0, len(diffs), cuts)
     start = 0
-    prev = ids[0]
-    # A run ends where the next id is not the next seq of the same queue.
-    for pos in range(1, len(ids)):
-        i = ids[pos]
-        if i != prev + MAX_QUEUES:
-            runs.append((ids[start] & mask, ids[start] >> QUEUE_INDEX_BITS, pos - start, start))
-            start = pos
-        prev = i
-    runs.append((ids[start] & mask, ids[start] >> QUEUE_INDEX_BITS, len(ids) - start, start))
+    for end in [c + 1 for c in cuts] + [len(ids)]:
+        runs.append((ids[start] & mask, ids[start] >> QUEUE_INDEX_BITS, end - start, start))
+        start = end
     by_queue: dict[int, list[tuple[int, int]]] = {}
     for q, first, count, _ in runs:
         by_queue.setdefault(q, []).append((first, count))
@@ -45,6 +46,18 @@ def id_runs(ids: list[int]) -> list[tuple[int, int, int, int]] | None:
             if b < a + n:
                 return None
     return runs
+
+
+def _breaks(diffs: list[int], a: int, b: int, out: list[int]) -> None:
+    """Append to ``out``, in order, the positions in ``diffs[a:b]`` that are not ``MAX_QUEUES``."""
+    if b <= a or diffs[a:b].count(MAX_QUEUES) == b - a:
+        return
+    if b - a == 1:
+        out.append(a)
+        return
+    middle = (a + b) // 2
+    _breaks(diffs, a, middle, out)
+    _breaks(diffs, middle, b, out)
 
 
 class StreamClaim:

@@ -62,3 +62,11 @@ def test_a_released_claim_gives_back_what_nobody_drained():
     assert c.results == {ids[0]: "a", ids[1]: "b"} and c.failures == {ids[2]: err}
     c._succeed_here(0, 0, ["again"])  # after release: results' again
     assert c.results[ids[0]] == "again"
+
+
+@pytest.mark.timeout(10)
+def test_id_runs_of_long_runs_and_of_scattered_ids():
+    ids = [make_id(1, s) for s in range(1000)] + [make_id(0, s) for s in range(7, 2000)] + [make_id(1, 5000)]
+    assert id_runs(ids) == [(1, 0, 1000, 0), (0, 7, 1993, 1000), (1, 5000, 1, 2993)]
+    scattered = [make_id(s % 3, s * 2) for s in range(50)]
+    assert id_runs(scattered) == [(i % 3, i * 2, 1, i) for i in range(50)]
