@@ -211,11 +211,14 @@ class Outcomes:
             self._poll_until(deadline, timeout_s)
             if self.settled_all(inflight, deadline, timeout_s):
                 self._poll_until(deadline, timeout_s)
+                self.collector.unpark()
                 self._report_failures()
                 return
             on_pass()
             self.table.check_scheduler()
-            time.sleep(defaults.POLL_INTERVAL_S)
+            began = time.monotonic()
+            self.collector.unpark()  # in the wait, not in the results() call after it
+            time.sleep(max(0.0, defaults.POLL_INTERVAL_S - (time.monotonic() - began)))
 
     def _rest(self, pending: int | None, deadline: float | None, timeout_s: float | None) -> None:
         """Wait a poll interval after a round that brought nothing. With a few outcomes to

@@ -141,6 +141,13 @@ class ResultCollector(PollsMixin):
             self._unpark()
             self._results = value
 
+    def unpark(self) -> None:
+        """Put the parked results in the dict now (``join`` does it while it waits, so that
+        ``results()`` after it does not)."""
+        if self._parked:
+            with self._lock:
+                self._unpark()
+
     def _unpark(self) -> None:
         parked, self._parked = self._parked, []
         update = self._results.update
