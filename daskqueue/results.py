@@ -21,12 +21,12 @@ from typing import Any, Callable
 from daskqueue.arrivals import Arrivals, Cursor
 from daskqueue.dead_letter import DeadLetter, dead_letter_of
 from daskqueue.errors import RemoteTaskError, SerializationError
-from daskqueue.messages import MAX_QUEUES, QUEUE_INDEX_BITS, decode_error, make_id, split_id
+from daskqueue.messages import MAX_QUEUES, decode_error, make_id, split_id
 from daskqueue.moved import MovedIds
 from daskqueue.outcome_polls import PRIME_MAX_MESSAGES, PRIMED_WAIT_S, PollsMixin, _Fetch
 from daskqueue.queue.producer_results import is_moved_record, moved_runs
 from daskqueue.serialize import ResultRecord
-from daskqueue.stream_claim import StreamClaim
+from daskqueue.stream_claim import StreamClaim, hand_over_parked
 
 __all__ = ["ResultCollector", "MapClaim", "DeadLetter", "dead_letter_of", "PRIME_MAX_MESSAGES", "PRIMED_WAIT_S"]
 
@@ -282,7 +282,7 @@ class ResultCollector(PollsMixin):
             for q, first, count, pos0 in runs:
                 self.claim(q, first, count, claim, pos0)  # type: ignore[arg-type]
             if self._parked:
-                self._hand_over_parked(claim, runs)
+                self._parked = hand_over_parked(self._parked, claim, runs)
             if self._results or self.failures:
                 for q, first, count, pos0 in runs:
                     self._hand_over(q, first, count, claim, pos0)
@@ -292,36 +292,6 @@ class ResultCollector(PollsMixin):
         starts = self._claim_starts[q]
         i = bisect.bisect(starts, first + count - 1) - 1
         return i >= 0 and starts[i] + self._claims[q][i][0] > first
-
-    def _hand_over_parked(self, claim: StreamClaim, runs: list[tuple[int, int, int, int]]) -> None:
-        """Parked results of ``claim``'s runs go to it by slice (the rest stay parked)."""
-        mask = MAX_QUEUES - 1
-        wanted: dict[int, list[tuple[int, int, int]]] = {}
-        for q, first, count, pos0 in runs:
-            wanted.setdefault(q, []).append((first, count, pos0))
-        keep: list[tuple[int, list[Any]]] = []
-        for first_id, values in self._parked:
-            spans = wanted.get(first_id & mask)
-            if spans is None:
-                keep.append((first_id, values))
-                continue
-            q, lo = first_id & mask, first_id >> QUEUE_INDEX_BITS
-            pieces = [(lo, values)]
-            for first, count, pos0 in spans:
-                rest = []
-                for plo, pvals in pieces:
-                    a, b = max(first, plo), min(first + count, plo + len(pvals))
-                    if a >= b:
-                        rest.append((plo, pvals))
-                        continue
-                    claim.succeed(pos0 + (a - first), pvals[a - plo:b - plo])
-                    if a > plo:
-                        rest.append((plo, pvals[:a - plo]))
-                    if b < plo + len(pvals):
-                        rest.append((b, pvals[b - plo:]))
-                pieces = rest
-            keep.extend((make_id(q, plo), pvals) for plo, pvals in pieces)
-        self._parked = keep
 
     def _hand_over(self, q: int, first: int, count: int, claim: StreamClaim, pos0: int) -> None:
         """Outcomes of messages ``first ..`` of queue ``q`` filed before ``claim`` go to it."""

@@ -18,7 +18,7 @@ from typing import Any
 from daskqueue.errors import RemoteTaskError
 from daskqueue.messages import MAX_QUEUES, QUEUE_INDEX_BITS
 
-__all__ = ["StreamClaim", "id_runs"]
+__all__ = ["StreamClaim", "id_runs", "hand_over_parked"]
 
 
 def id_runs(ids: list[int]) -> list[tuple[int, int, int, int]] | None:
@@ -112,3 +112,36 @@ class StreamClaim:
         """The ids with no outcome yet."""
         done = self._done
         return [i for p, i in enumerate(self.ids) if not done[p]]
+
+
+def hand_over_parked(parked: list[tuple[int, list[Any]]], claim: "StreamClaim",
+                     runs: list[tuple[int, int, int, int]]) -> list[tuple[int, list[Any]]]:
+    """Give ``claim`` the results of its ``runs`` found in ``parked`` (``(first id, values)``
+    runs of consecutive seqs of one queue) by slice; return what stays parked."""
+    mask = MAX_QUEUES - 1
+    wanted: dict[int, list[tuple[int, int, int]]] = {}
+    for q, first, count, pos0 in runs:
+        wanted.setdefault(q, []).append((first, count, pos0))
+    keep: list[tuple[int, list[Any]]] = []
+    for first_id, values in parked:
+        spans = wanted.get(first_id & mask)
+        if spans is None:
+            keep.append((first_id, values))
+            continue
+        q = first_id & mask
+        pieces = [(first_id >> QUEUE_INDEX_BITS, values)]
+        for first, count, pos0 in spans:
+            rest = []
+            for lo, vals in pieces:
+                a, b = max(first, lo), min(first + count, lo + len(vals))
+                if a >= b:
+                    rest.append((lo, vals))
+                    continue
+                claim.succeed(pos0 + (a - first), vals[a - lo:b - lo])
+                if a > lo:
+                    rest.append((lo, vals[:a - lo]))
+                if b < lo + len(vals):
+                    rest.append((b, vals[b - lo:]))
+            pieces = rest
+        keep.extend(((lo << QUEUE_INDEX_BITS) | q, vals) for lo, vals in pieces)
+    return keep
