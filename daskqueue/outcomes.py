@@ -27,6 +27,7 @@ from daskqueue.errors import (
 )
 from daskqueue.queue.table import QueueTable
 from daskqueue.results import PRIME_MAX_MESSAGES, MapClaim, ResultCollector
+from daskqueue.stream_claim import StreamClaim, id_runs
 
 __all__ = ["Outcomes", "join_counts"]
 
@@ -210,11 +211,14 @@ class Outcomes:
             self._poll_until(deadline, timeout_s)
             if self.settled_all(inflight, deadline, timeout_s):
                 self._poll_until(deadline, timeout_s)
+                self.collector.unpark()
                 self._report_failures()
                 return
             on_pass()
             self.table.check_scheduler()
-            time.sleep(defaults.POLL_INTERVAL_S)
+            began = time.monotonic()
+            self.collector.unpark()  # in the wait, not in the results() call after it
+            time.sleep(max(0.0, defaults.POLL_INTERVAL_S - (time.monotonic() - began)))
 
     def _rest(self, pending: int | None, deadline: float | None, timeout_s: float | None) -> None:
         """Wait a poll interval after a round that brought nothing. With a few outcomes to
@@ -261,6 +265,56 @@ class Outcomes:
                 timeout_s: float | None) -> Iterator[Batch]:
         """The outcomes of ``as_completed``, a poll's worth at a time, each taken."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        if ids is not None:
+            listed = list(ids)
+            runs = id_runs(listed)
+            if runs is not None:
+                yield from self._claimed_batches(listed, runs, inflight, deadline, timeout_s)
+                return
+            ids = listed
+        yield from self._taken_batches(inflight, ids, deadline, timeout_s)
+
+    def _claimed_batches(self, ids: list[int], runs: list[tuple[int, int, int, int]], inflight: Callable[[], int],
+                         deadline: float | None, timeout_s: float | None) -> Iterator[Batch]:
+        """``batches`` of distinct ids, claimed (see :mod:`daskqueue.stream_claim`) for as
+        long as the caller takes them."""
+        claim = StreamClaim(ids)
+        if not self.collector.claim_stream(claim, runs):
+            yield from self._taken_batches(inflight, ids, deadline, timeout_s)
+            return
+        collector = self.collector
+        try:
+            while True:
+                got, values = collector.drain_stream(claim)
+                if got:
+                    yield zip(got, values)
+                if claim.complete:
+                    got, values = collector.drain_stream(claim)
+                    if got:
+                        yield zip(got, values)
+                    return
+                if self._poll_until(deadline, timeout_s):
+                    if deadline is not None and time.monotonic() > deadline:  # others' outcomes keep coming
+                        raise JoinTimeoutError(timeout_s or 0.0, {"pending": claim.n - claim.settled})
+                    continue
+                if self.settled_all(inflight, deadline, timeout_s):
+                    self._poll_until(deadline, timeout_s)
+                    got, values = collector.drain_stream(claim)
+                    if got:
+                        yield zip(got, values)
+                    if not claim.complete:
+                        missing = claim.missing()
+                        raise ConfigurationError(
+                            f"{len(missing):,} of the ids (e.g. {min(missing)}) have no outcome to come: "
+                            "taken already (by as_completed or results(clear=True)), or not of this pool")
+                    return
+                self.table.check_scheduler()
+                self._rest(claim.n - claim.settled, deadline, timeout_s)
+        finally:
+            collector.release_stream(claim)
+
+    def _taken_batches(self, inflight: Callable[[], int], ids: Iterable[int] | None, deadline: float | None,
+                       timeout_s: float | None) -> Iterator[Batch]:
         wanted = None if ids is None else set(ids)
         collector = self.collector
         cursor = None

@@ -26,6 +26,7 @@ from daskqueue.moved import MovedIds
 from daskqueue.outcome_polls import PRIME_MAX_MESSAGES, PRIMED_WAIT_S, PollsMixin, _Fetch
 from daskqueue.queue.producer_results import is_moved_record, moved_runs
 from daskqueue.serialize import ResultRecord
+from daskqueue.stream_claim import StreamClaim, hand_over_parked
 
 __all__ = ["ResultCollector", "MapClaim", "DeadLetter", "dead_letter_of", "PRIME_MAX_MESSAGES", "PRIMED_WAIT_S"]
 
@@ -101,7 +102,11 @@ class ResultCollector(PollsMixin):
         # Per queue: sorted first seqs of claimed groups, and (count, claim, first position).
         self._claim_starts: list[list[int]] = [[] for _ in range(n_queues)]
         self._claims: list[list[tuple[int, MapClaim, int]]] = [[] for _ in range(n_queues)]
-        self.results: dict[int, Any] = {}
+        self._results: dict[int, Any] = {}
+        #: Results filed but not yet in the dict: ``(first id, values)`` of consecutive seqs
+        #: of one queue. Put in the dict when it is read; an ``as_completed`` claiming their
+        #: ids takes them by slice, never through the dict (see :meth:`_hand_over`).
+        self._parked: list[tuple[int, list[Any]]] = []
         self.failures: dict[int, RemoteTaskError] = {}
         #: The order the two dicts were filed in (see :meth:`take_since`).
         self._arrivals = Arrivals()
@@ -121,6 +126,33 @@ class ResultCollector(PollsMixin):
         self._long: dict[int, _Fetch] = {}
         self._holds: dict[int, int] = {}
         self._held: dict[int, list[tuple[list[ResultRecord], list[Any]]]] = {}
+
+    @property
+    def results(self) -> dict[int, Any]:
+        """``{task_id: value}`` of the results filed and not taken (of no claim)."""
+        if self._parked:
+            with self._lock:
+                self._unpark()
+        return self._results
+
+    @results.setter
+    def results(self, value: dict[int, Any]) -> None:
+        with self._lock:
+            self._unpark()
+            self._results = value
+
+    def unpark(self) -> None:
+        """Put the parked results in the dict now (``join`` does it while it waits, so that
+        ``results()`` after it does not)."""
+        if self._parked:
+            with self._lock:
+                self._unpark()
+
+    def _unpark(self) -> None:
+        parked, self._parked = self._parked, []
+        update = self._results.update
+        for first, values in parked:
+            update(zip(range(first, first + len(values) * MAX_QUEUES, MAX_QUEUES), values))
 
     def add_queues(self, k: int) -> None:
         """The pool has ``k`` more queues (indices from the current count on)."""
@@ -253,6 +285,59 @@ class ResultCollector(PollsMixin):
             starts.insert(i, first_seq)
             self._claims[queue_index].insert(i, (count, claim, pos0))
 
+    def claim_stream(self, claim: StreamClaim, runs: list[tuple[int, int, int, int]]) -> bool:
+        """Route the outcomes of ``claim``'s id runs (see :func:`~daskqueue.stream_claim.id_runs`)
+        to it, moving those filed already; False (nothing done) if a run is of no queue of
+        the pool or overlaps another claim (the caller takes from the dicts instead)."""
+        with self._lock:
+            for q, first, count, _ in runs:
+                if q >= self._n or self._claim_overlaps(q, first, count):
+                    return False
+            for q, first, count, pos0 in runs:
+                self.claim(q, first, count, claim, pos0)  # type: ignore[arg-type]
+            if self._parked:
+                self._parked = hand_over_parked(self._parked, claim, runs)
+            if self._results or self.failures:
+                for q, first, count, pos0 in runs:
+                    self._hand_over(q, first, count, claim, pos0)
+            return True
+
+    def _claim_overlaps(self, q: int, first: int, count: int) -> bool:
+        starts = self._claim_starts[q]
+        i = bisect.bisect(starts, first + count - 1) - 1
+        return i >= 0 and starts[i] + self._claims[q][i][0] > first
+
+    def _hand_over(self, q: int, first: int, count: int, claim: StreamClaim, pos0: int) -> None:
+        """Outcomes of messages ``first ..`` of queue ``q`` filed before ``claim`` go to it."""
+        ids = range(make_id(q, first), make_id(q, first + count), MAX_QUEUES)
+        results, failures, miss = self._results, self.failures, _MISS
+        if results:
+            found = [(k, v) for k, i in enumerate(ids) if (v := results.pop(i, miss)) is not miss]
+            if len(found) == count:
+                claim.succeed(pos0, [v for _, v in found])
+            else:
+                for k, v in found:
+                    claim.succeed(pos0 + k, [v])
+        if failures:
+            for k, i in enumerate(ids):
+                if i in failures:
+                    claim.fail(pos0 + k, failures.pop(i))
+
+    def drain_stream(self, claim: StreamClaim) -> tuple[list[int], list[Any]]:
+        """:meth:`StreamClaim.drain` under the lock."""
+        with self._lock:
+            return claim.drain()
+
+    def release_stream(self, claim: StreamClaim) -> None:
+        """Forget ``claim``'s runs; outcomes it got but nobody drained go back to the dicts
+        (an ``as_completed`` closed early: they are ``results()``' again)."""
+        with self._lock:
+            self.release(claim)  # type: ignore[arg-type]
+            got, values = claim.drain()
+            for i, v in zip(got, values):
+                (self.failures if isinstance(v, RemoteTaskError) and v.task_id == i else self.results)[i] = v
+            self._arrivals.add(got)
+
     def exclusive(self) -> Any:
         """The collector's (re-entrant) lock: while a thread holds it, nothing is filed or
         taken (polls still wait for their answers meanwhile). Sends with claims use
@@ -348,15 +433,30 @@ class ResultCollector(PollsMixin):
         self._succeed_here(q, first, values)
 
     def _succeed_here(self, q: int, first: int, values: list[Any]) -> None:
-        owner = self._owner(q, first) if self._claim_starts[q] else None
-        if owner is None:
-            # Ids of consecutive seqs step by MAX_QUEUES: a range, not a make_id call each.
-            ids = range(make_id(q, first), make_id(q, first + len(values)), MAX_QUEUES)
-            self.results.update(zip(ids, values))
-            self._arrivals.add(ids)
-        else:
-            claim, position = owner
-            claim.succeed(position, values)
+        starts = self._claim_starts[q]
+        if not starts:
+            self._park(q, first, values)
+            return
+        # A put group lies within one map's claim, but an as_completed may claim part of one.
+        end = first + len(values)
+        while first < end:
+            i = bisect.bisect(starts, first) - 1
+            if i >= 0 and first < starts[i] + self._claims[q][i][0]:
+                count, claim, pos0 = self._claims[q][i]
+                stop = min(end, starts[i] + count)
+                claim.succeed(pos0 + (first - starts[i]), values if stop - first == len(values) else
+                              values[:stop - first])
+            else:
+                stop = min(end, starts[i + 1]) if i + 1 < len(starts) else end
+                self._park(q, first, values if stop - first == len(values) else values[:stop - first])
+            values = values[stop - first:] if stop < end else values
+            first = stop
+
+    def _park(self, q: int, first: int, values: list[Any]) -> None:
+        first_id = make_id(q, first)
+        self._parked.append((first_id, values))
+        # Ids of consecutive seqs step by MAX_QUEUES: a range, not a make_id call each.
+        self._arrivals.add(range(first_id, first_id + len(values) * MAX_QUEUES, MAX_QUEUES))
 
     def _fail(self, q: int, seq: int, error: bytes, attempts: int) -> None:
         if self._moves.has(q):
@@ -393,6 +493,9 @@ class ResultCollector(PollsMixin):
                 n += 1
         self.dead_received += n
         return n
+
+
+_MISS = object()
 
 
 def _wanted(found: dict[int, Any], ids: set[int]) -> list[int]:
