@@ -285,7 +285,7 @@ class Streaming:
 
         stream = _Stream(iter(iterable), window, max(1, min(round_size, window // 4)), timeout_s, errors,
                          ordered, send, self.collector.release)
-        return self._run(stream)
+        return _Results.over(self._run(stream))
 
     def _send_chunk(self, encoded: Any, claim: StreamClaim, options: Any, ids: list[int | None]) -> None:
         """Send a chunk as ``map`` sends its messages (outcomes routed to ``claim``), noting
@@ -297,7 +297,10 @@ class Streaming:
         else:
             sender.send(encoded.batches, claim=claim, queue=self._route(options), into=ids)  # type: ignore[attr-defined]
 
-    def _run(self, stream: _Stream) -> Iterator[Any]:
+    def _run(self, stream: _Stream) -> Iterator[Iterator[Any]]:
+        """The stream's outcomes as iterators over slices of them, in yield order (each
+        yielded only once the one before is exhausted: :class:`_Results`); a task error to
+        raise is raised in place of the slice that would start at its position."""
         lost = False
         try:
             while True:
@@ -308,15 +311,13 @@ class Streaming:
                     self._wait(stream)
                     continue
                 for chunk, start, end in stream.ready():
-                    if not chunk.failures:  # the usual case: a slice, not a step per item
-                        yield from chunk.values[start:end]
+                    if not chunk.failures:  # the usual case: one slice, not a step per item
+                        yield iter(chunk.values[start:end])
                         continue
-                    for p in range(start, end):
-                        outcome = chunk.outcome(p)
-                        if stream.errors == "raise" and isinstance(outcome, RemoteTaskError) \
-                                and p in chunk.failures:
-                            raise outcome
-                        yield outcome
+                    for run in _runs_to_raise(chunk, start, end, stream.errors == "raise"):
+                        if isinstance(run, RemoteTaskError):
+                            raise run
+                        yield iter(run)
         except BaseException as e:
             lost = _lost(e)
             raise
@@ -373,6 +374,55 @@ class Streaming:
                 self.collector.release(chunk)
         else:
             self.collector.release_when_complete(list(chunks))
+
+
+def _runs_to_raise(chunk: StreamClaim, start: int, end: int, raising: bool) -> Iterator[Any]:
+    """The outcomes of positions ``start .. end`` of ``chunk`` as lists, and with
+    ``raising`` each task error (a :class:`RemoteTaskError` the task failed with, not one it
+    returned) on its own, in place, for the caller to raise."""
+    run: list[Any] = []
+    for p in range(start, end):
+        outcome = chunk.outcome(p)
+        if raising and p in chunk.failures:
+            if run:
+                yield run
+                run = []
+            yield outcome
+        else:
+            run.append(outcome)
+    if run:
+        yield run
+
+
+class _Results(itertools.chain):
+    """What ``imap`` returns: the stream's outcomes, chained from its slices in C (a Python
+    generator frame resumed per item cost the yield loop about a fifth of its time), and
+    closed like a generator: :meth:`close` stops the stream (its ``finally`` drops the chunks
+    in flight) and yields nothing more. A stream dropped unclosed (a ``break``) is closed by
+    its generator's finalizer, as a generator would be."""
+
+    _slices: Any
+    _current: Any
+
+    @classmethod
+    def over(cls, slices: Iterator[Iterator[Any]]) -> "_Results":
+        holder: list[Any] = [iter(())]
+
+        def noted() -> Iterator[Iterator[Any]]:
+            for it in slices:  # kept, so that close() can empty the slice being read
+                holder[0] = it
+                yield it
+
+        results = cls.from_iterable(noted())
+        results._slices = slices
+        results._current = holder
+        return results
+
+    def close(self) -> None:
+        """Stop the stream: nothing more is pulled, put or yielded."""
+        self._slices.close()
+        for _ in self._current[0]:
+            pass
 
 
 def _lost(error: BaseException) -> bool:
