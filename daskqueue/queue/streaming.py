@@ -30,6 +30,7 @@ from daskqueue import defaults
 from daskqueue.errors import (JoinTimeoutError, NoConsumersError, QueueCallTimeoutError, QueueLostError,
                               QueueMovedError, RemoteTaskError)
 from daskqueue.queue.call_checks import check_map_call, require_consumers
+from daskqueue.queue.encode import LazyBatches
 from daskqueue.queue.options import Eta
 from daskqueue.queue.router import waves
 from daskqueue.results import MapClaim
@@ -45,6 +46,10 @@ logger = logging.getLogger("daskqueue")
 #: when the client gets little CPU (on a loaded 2-core machine, 4 rounds let the consumers
 #: run dry now and then: imap measured 0.48-1.2x map's throughput; 8: 0.78-1.0x).
 WINDOW_ROUNDS = 8
+
+#: Put rounds a chunk holds (at most a quarter of the window): each chunk costs the client a
+#: put's round trip and a wait for its first outcomes, so fewer, larger ones keep it yielding.
+CHUNK_ROUNDS = 2
 
 #: The longest a wait holds one fetch of outcomes (a long poll), between its checks.
 _WAIT_SLICE_S = defaults.POLL_INTERVAL_S
@@ -217,7 +222,7 @@ class Streaming:
         and two queues): consumers find the next rounds queued while the client yields the
         one before, even when the client is short of CPU, and small results held that many
         at a time weigh a few tens of MiB. Give a smaller window for large results; chunks
-        are a quarter of the window, at most a round.
+        are a quarter of the window, at most two rounds.
 
         Errors as :meth:`map`: a task that failed on its last retry raises its
         :class:`RemoteTaskError` at its position (``errors="raise"``), or is yielded in its
@@ -271,11 +276,14 @@ class Streaming:
         function = pickle_function(func) if key is None else None
 
         def send(items: list[Any]) -> StreamClaim:
-            encoded = self._encode_map(func, items, options, key, function)  # type: ignore[attr-defined]
+            # Lazily: each put batch is pickled while the one before travels (as map's).
+            encoded = self._encode_map(func, items, options, key, function, lazy=True)  # type: ignore[attr-defined]
             claim = StreamClaim(len(items))
             ids: list[int | None] = [None] * len(items)
             try:
                 self._send_chunk(encoded, claim, options, ids)
+                if isinstance(encoded.batches, LazyBatches):  # a batch after the first failed to encode
+                    encoded.batches.raise_error()
             except BaseException as e:  # a put failed part-way: what was stored runs, unread
                 claim.drop()
                 claim.never([p for p, i in enumerate(ids) if i is None])
@@ -283,7 +291,7 @@ class Streaming:
                 raise
             return claim
 
-        stream = _Stream(iter(iterable), window, max(1, min(round_size, window // 4)), timeout_s, errors,
+        stream = _Stream(iter(iterable), window, max(1, min(CHUNK_ROUNDS * round_size, window // 4)), timeout_s, errors,
                          ordered, send, self.collector.release)
         return _Results.over(self._run(stream))
 
