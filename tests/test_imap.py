@@ -206,3 +206,26 @@ def test_a_stream_whose_transient_queue_is_lost_raises_it_and_stays_registered_n
     finally:
         cp.close()
         qp.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ordered", [True, False])
+def test_an_item_that_cannot_be_pickled_in_a_later_put_of_a_chunk_raises_and_leaves_nothing_behind(pools, ordered):
+    # Chunks are encoded batch by batch as they are put: with 10 messages per put, a chunk
+    # of two rounds is four puts, and position 115 is in the fourth put of the third chunk,
+    # encoded once the chunk's first three puts are sent (they run, their outcomes dropped).
+    import threading
+
+    from daskqueue.errors import SerializationError
+
+    qp, cp = started(pools, put_batch_size=10)
+    items = [threading.Lock() if i == 115 else i for i in range(200)]
+    stream = (qp.imap if ordered else qp.imap_unordered)(tasks.double, items, window=400)
+    with pytest.raises(SerializationError):
+        for _ in stream:
+            pass
+    cp.join(timeout=30)
+    qp.poll_outcomes()
+    assert _nothing_registered(qp)
+    assert qp.results() == {}
+    assert list(qp.imap(tasks.double, range(3))) == [0, 2, 4]  # the pool streams on

@@ -7,7 +7,8 @@ the pool's ``outcomes`` fetch them. What a stream adds is the window: the input 
 chunk at a time, and a chunk is put only while the tasks put and not yet yielded, plus the
 chunk, fit in ``window`` (in arrival order, every task of a chunk not yet wholly yielded
 counts). So the client holds at most ``window`` results (and one chunk of input), whatever
-the input's length.
+the input's length. A chunk's puts are made on a thread of the stream's own (in order), so the
+client goes on yielding while they travel.
 
 A stream closed early (``break``, an exception in the loop, a raised task error) pulls
 nothing more and puts nothing more. Tasks already put still run (a queue does not take back
@@ -20,9 +21,11 @@ queue's outcomes never come, and every poll of the whole pool raises from then o
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal
 
@@ -30,6 +33,7 @@ from daskqueue import defaults
 from daskqueue.errors import (JoinTimeoutError, NoConsumersError, QueueCallTimeoutError, QueueLostError,
                               QueueMovedError, RemoteTaskError)
 from daskqueue.queue.call_checks import check_map_call, require_consumers
+from daskqueue.queue.encode import LazyBatches
 from daskqueue.queue.options import Eta
 from daskqueue.queue.router import waves
 from daskqueue.results import MapClaim
@@ -45,6 +49,10 @@ logger = logging.getLogger("daskqueue")
 #: when the client gets little CPU (on a loaded 2-core machine, 4 rounds let the consumers
 #: run dry now and then: imap measured 0.48-1.2x map's throughput; 8: 0.78-1.0x).
 WINDOW_ROUNDS = 8
+
+#: Put rounds a chunk holds (at most a quarter of the window): each chunk costs the client a
+#: put's round trip and a wait for its first outcomes, so fewer, larger ones keep it yielding.
+CHUNK_ROUNDS = 2
 
 #: The longest a wait holds one fetch of outcomes (a long poll), between its checks.
 _WAIT_SLICE_S = defaults.POLL_INTERVAL_S
@@ -217,7 +225,7 @@ class Streaming:
         and two queues): consumers find the next rounds queued while the client yields the
         one before, even when the client is short of CPU, and small results held that many
         at a time weigh a few tens of MiB. Give a smaller window for large results; chunks
-        are a quarter of the window, at most a round.
+        are a quarter of the window, at most two rounds.
 
         Errors as :meth:`map`: a task that failed on its last retry raises its
         :class:`RemoteTaskError` at its position (``errors="raise"``), or is yielded in its
@@ -270,22 +278,32 @@ class Streaming:
         require_consumers(self, "imap" if ordered else "imap_unordered")
         function = pickle_function(func) if key is None else None
 
+        sends = _Sends()
+
         def send(items: list[Any]) -> StreamClaim:
-            encoded = self._encode_map(func, items, options, key, function)  # type: ignore[attr-defined]
+            # Lazily: each put batch is pickled while the one before travels (as map's); the
+            # first now, so that an item that cannot be pickled there raises with nothing sent.
+            encoded = self._encode_map(func, items, options, key, function, lazy=True)  # type: ignore[attr-defined]
             claim = StreamClaim(len(items))
-            ids: list[int | None] = [None] * len(items)
-            try:
-                self._send_chunk(encoded, claim, options, ids)
-            except BaseException as e:  # a put failed part-way: what was stored runs, unread
-                claim.drop()
-                claim.never([p for p, i in enumerate(ids) if i is None])
-                self._drop([claim], lost=_lost(e))
-                raise
+            sends.submit(claim, lambda: self._put_chunk(encoded, claim, options))
             return claim
 
-        stream = _Stream(iter(iterable), window, max(1, min(round_size, window // 4)), timeout_s, errors,
+        stream = _Stream(iter(iterable), window, max(1, min(CHUNK_ROUNDS * round_size, window // 4)), timeout_s, errors,
                          ordered, send, self.collector.release)
-        return self._run(stream)
+        return _Results.over(self._run(stream, sends))
+
+    def _put_chunk(self, encoded: Any, claim: StreamClaim, options: Any) -> list[int] | None:
+        """Put a chunk (on the stream's send thread); None, or the positions not stored
+        when a put failed part-way (the error is then raised: :class:`_Sends`)."""
+        ids: list[int | None] = [None] * claim.n
+        try:
+            self._send_chunk(encoded, claim, options, ids)
+            if isinstance(encoded.batches, LazyBatches):  # a batch after the first failed to encode
+                encoded.batches.raise_error()
+        except BaseException as e:  # what was stored runs, unread
+            e.dq_unstored = [p for p, i in enumerate(ids) if i is None]  # type: ignore[attr-defined]
+            raise
+        return None
 
     def _send_chunk(self, encoded: Any, claim: StreamClaim, options: Any, ids: list[int | None]) -> None:
         """Send a chunk as ``map`` sends its messages (outcomes routed to ``claim``), noting
@@ -297,39 +315,43 @@ class Streaming:
         else:
             sender.send(encoded.batches, claim=claim, queue=self._route(options), into=ids)  # type: ignore[attr-defined]
 
-    def _run(self, stream: _Stream) -> Iterator[Any]:
+    def _run(self, stream: _Stream, sends: "_Sends") -> Iterator[Iterator[Any]]:
+        """The stream's outcomes as iterators over slices of them, in yield order (each
+        yielded only once the one before is exhausted: :class:`_Results`); a task error to
+        raise is raised in place of the slice that would start at its position."""
         lost = False
         try:
             while True:
+                sends.check()
                 stream.fill()
                 if not stream.chunks:
                     return
                 if not stream.has_ready():
-                    self._wait(stream)
+                    self._wait(stream, sends)
                     continue
                 for chunk, start, end in stream.ready():
-                    if not chunk.failures:  # the usual case: a slice, not a step per item
-                        yield from chunk.values[start:end]
+                    if not chunk.failures:  # the usual case: one slice, not a step per item
+                        yield iter(chunk.values[start:end])
                         continue
-                    for p in range(start, end):
-                        outcome = chunk.outcome(p)
-                        if stream.errors == "raise" and isinstance(outcome, RemoteTaskError) \
-                                and p in chunk.failures:
-                            raise outcome
-                        yield outcome
+                    for run in _runs_to_raise(chunk, start, end, stream.errors == "raise"):
+                        if isinstance(run, RemoteTaskError):
+                            raise run
+                        yield iter(run)
         except BaseException as e:
             lost = _lost(e)
             raise
         finally:
+            lost = sends.stop() or lost
             self._drop(stream.chunks, lost=lost)
 
-    def _wait(self, stream: _Stream) -> None:
+    def _wait(self, stream: _Stream, sends: "_Sends") -> None:
         """Fetch outcomes until one may be yielded; raise :class:`JoinTimeoutError` after the
         stream's ``timeout_s`` and :class:`NoConsumersError` if no consumer runs."""
         timeout_s = stream.timeout_s
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             while not stream.has_ready():
+                sends.check()
                 arrived = self.outcomes.poll(wait_s=_WAIT_SLICE_S, deadline=deadline)
                 if stream.has_ready():
                     return
@@ -373,6 +395,105 @@ class Streaming:
                 self.collector.release(chunk)
         else:
             self.collector.release_when_complete(list(chunks))
+
+
+class _Sends:
+    """A stream's puts, made in order on a thread of their own, so that the client yields
+    (and polls) while a chunk's puts travel and their answers are awaited (a put answered
+    in turn cost the yield loop a fifth of its time). A failed put is raised in the
+    stream's thread by :meth:`check`; its chunk is dropped, its unstored positions counted
+    as arrived (the chunk stays in the stream's list: its ``finally`` hands it to the
+    collector with the others)."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: collections.deque[tuple[StreamClaim, Future[Any]]] = collections.deque()
+
+    def submit(self, claim: StreamClaim, put: Callable[[], Any]) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="daskqueue-stream-put")
+        self._futures.append((claim, self._pool.submit(put)))
+
+    def check(self) -> None:
+        """Raise the error of the first put that failed, if any (puts that ended are forgotten)."""
+        while self._futures and self._futures[0][1].done():
+            claim, future = self._futures.popleft()
+            error = future.exception()
+            if error is not None:
+                self._failed(claim, error)
+                raise error
+
+    def stop(self) -> bool:
+        """The stream ended: puts not started never will be (their chunks count as
+        arrived), the one under way is waited for. Whether a put lost its queue."""
+        lost = False
+        for claim, future in self._futures:
+            if future.cancel():
+                claim.drop()
+                claim.never(list(range(claim.n)))
+                continue
+            error = future.exception()  # waits for it
+            if error is not None:
+                self._failed(claim, error)
+                lost = lost or _lost(error)
+        self._futures.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        return lost
+
+    @staticmethod
+    def _failed(claim: StreamClaim, error: BaseException) -> None:
+        claim.drop()
+        claim.never(getattr(error, "dq_unstored", list(range(claim.n))))
+
+
+def _runs_to_raise(chunk: StreamClaim, start: int, end: int, raising: bool) -> Iterator[Any]:
+    """The outcomes of positions ``start .. end`` of ``chunk`` as lists, and with
+    ``raising`` each task error (a :class:`RemoteTaskError` the task failed with, not one it
+    returned) on its own, in place, for the caller to raise."""
+    run: list[Any] = []
+    for p in range(start, end):
+        outcome = chunk.outcome(p)
+        if raising and p in chunk.failures:
+            if run:
+                yield run
+                run = []
+            yield outcome
+        else:
+            run.append(outcome)
+    if run:
+        yield run
+
+
+class _Results(itertools.chain):
+    """What ``imap`` returns: the stream's outcomes, chained from its slices in C (a Python
+    generator frame resumed per item cost the yield loop about a fifth of its time), and
+    closed like a generator: :meth:`close` stops the stream (its ``finally`` drops the chunks
+    in flight) and yields nothing more. A stream dropped unclosed (a ``break``) is closed by
+    its generator's finalizer, as a generator would be."""
+
+    _slices: Any
+    _current: Any
+
+    @classmethod
+    def over(cls, slices: Iterator[Iterator[Any]]) -> "_Results":
+        holder: list[Any] = [iter(())]
+
+        def noted() -> Iterator[Iterator[Any]]:
+            for it in slices:  # kept, so that close() can empty the slice being read
+                holder[0] = it
+                yield it
+
+        results = cls.from_iterable(noted())
+        results._slices = slices
+        results._current = holder
+        return results
+
+    def close(self) -> None:
+        """Stop the stream: nothing more is pulled, put or yielded."""
+        self._slices.close()
+        for _ in self._current[0]:
+            pass
 
 
 def _lost(error: BaseException) -> bool:
