@@ -69,9 +69,7 @@ class GeneralConsumer(ConsumerBase):
                     try:
                         append(func(arg))
                     except Exception as e:
-                        errors[pos] = error_from_exception(e)
-                        if isinstance(e, InvalidTaskError):
-                            fatal.add(pos)
+                        _failed(errors, fatal, pos, e)
                         append(None)
                     pos += 1
                 continue
@@ -91,9 +89,14 @@ class GeneralConsumer(ConsumerBase):
                         args, kwargs = value
                         append(func(*args, **kwargs))
                 except Exception as e:
-                    errors[pos] = error_from_exception(e)
-                    if isinstance(e, InvalidTaskError):
-                        fatal.add(pos)
+                    _failed(errors, fatal, pos, e)
                     append(None)
                 pos += 1
         return Outcome(pos, errors, fatal, results)
+
+
+def _failed(errors: dict[int, bytes], fatal: set[int], pos: int, e: Exception) -> None:
+    """Task ``pos`` raised ``e``: its error, and whether retrying it is pointless."""
+    errors[pos] = error_from_exception(e)
+    if isinstance(e, InvalidTaskError):
+        fatal.add(pos)
