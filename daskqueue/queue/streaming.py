@@ -21,21 +21,19 @@ queue's outcomes never come, and every poll of the whole pool raises from then o
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal
 
 from daskqueue import defaults
-from daskqueue.errors import (JoinTimeoutError, NoConsumersError, QueueCallTimeoutError, QueueLostError,
-                              QueueMovedError, RemoteTaskError)
+from daskqueue.errors import JoinTimeoutError, NoConsumersError, QueueCallTimeoutError, RemoteTaskError
 from daskqueue.queue.call_checks import check_map_call, require_consumers
 from daskqueue.queue.encode import LazyBatches
 from daskqueue.queue.options import Eta
 from daskqueue.queue.router import waves
+from daskqueue.queue.stream_parts import Results, Sends, is_lost, runs_to_raise
 from daskqueue.results import MapClaim
 from daskqueue.serialize import pickle_function
 from daskqueue.validate import check_number
@@ -278,7 +276,7 @@ class Streaming:
         require_consumers(self, "imap" if ordered else "imap_unordered")
         function = pickle_function(func) if key is None else None
 
-        sends = _Sends()
+        sends = Sends()
 
         def send(items: list[Any]) -> StreamClaim:
             # Lazily: each put batch is pickled while the one before travels (as map's); the
@@ -290,11 +288,11 @@ class Streaming:
 
         stream = _Stream(iter(iterable), window, max(1, min(CHUNK_ROUNDS * round_size, window // 4)), timeout_s, errors,
                          ordered, send, self.collector.release)
-        return _Results.over(self._run(stream, sends))
+        return Results.over(self._run(stream, sends))
 
     def _put_chunk(self, encoded: Any, claim: StreamClaim, options: Any) -> list[int] | None:
         """Put a chunk (on the stream's send thread); None, or the positions not stored
-        when a put failed part-way (the error is then raised: :class:`_Sends`)."""
+        when a put failed part-way (the error is then raised: :class:`~daskqueue.queue.stream_parts.Sends`)."""
         ids: list[int | None] = [None] * claim.n
         try:
             self._send_chunk(encoded, claim, options, ids)
@@ -315,9 +313,9 @@ class Streaming:
         else:
             sender.send(encoded.batches, claim=claim, queue=self._route(options), into=ids)  # type: ignore[attr-defined]
 
-    def _run(self, stream: _Stream, sends: "_Sends") -> Iterator[Iterator[Any]]:
+    def _run(self, stream: _Stream, sends: "Sends") -> Iterator[Iterator[Any]]:
         """The stream's outcomes as iterators over slices of them, in yield order (each
-        yielded only once the one before is exhausted: :class:`_Results`); a task error to
+        yielded only once the one before is exhausted: :class:`~daskqueue.queue.stream_parts.Results`); a task error to
         raise is raised in place of the slice that would start at its position."""
         lost = False
         try:
@@ -333,18 +331,18 @@ class Streaming:
                     if not chunk.failures:  # the usual case: one slice, not a step per item
                         yield iter(chunk.values[start:end])
                         continue
-                    for run in _runs_to_raise(chunk, start, end, stream.errors == "raise"):
+                    for run in runs_to_raise(chunk, start, end, stream.errors == "raise"):
                         if isinstance(run, RemoteTaskError):
                             raise run
                         yield iter(run)
         except BaseException as e:
-            lost = _lost(e)
+            lost = is_lost(e)
             raise
         finally:
             lost = sends.stop() or lost
             self._drop(stream.chunks, lost=lost)
 
-    def _wait(self, stream: _Stream, sends: "_Sends") -> None:
+    def _wait(self, stream: _Stream, sends: "Sends") -> None:
         """Fetch outcomes until one may be yielded; raise :class:`JoinTimeoutError` after the
         stream's ``timeout_s`` and :class:`NoConsumersError` if no consumer runs."""
         timeout_s = stream.timeout_s
@@ -395,108 +393,3 @@ class Streaming:
                 self.collector.release(chunk)
         else:
             self.collector.release_when_complete(list(chunks))
-
-
-class _Sends:
-    """A stream's puts, made in order on a thread of their own, so that the client yields
-    (and polls) while a chunk's puts travel and their answers are awaited (a put answered
-    in turn cost the yield loop a fifth of its time). A failed put is raised in the
-    stream's thread by :meth:`check`; its chunk is dropped, its unstored positions counted
-    as arrived (the chunk stays in the stream's list: its ``finally`` hands it to the
-    collector with the others)."""
-
-    def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
-        self._futures: collections.deque[tuple[StreamClaim, Future[Any]]] = collections.deque()
-
-    def submit(self, claim: StreamClaim, put: Callable[[], Any]) -> None:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="daskqueue-stream-put")
-        self._futures.append((claim, self._pool.submit(put)))
-
-    def check(self) -> None:
-        """Raise the error of the first put that failed, if any (puts that ended are forgotten)."""
-        while self._futures and self._futures[0][1].done():
-            claim, future = self._futures.popleft()
-            error = future.exception()
-            if error is not None:
-                self._failed(claim, error)
-                raise error
-
-    def stop(self) -> bool:
-        """The stream ended: puts not started never will be (their chunks count as
-        arrived), the one under way is waited for. Whether a put lost its queue."""
-        lost = False
-        for claim, future in self._futures:
-            if future.cancel():
-                claim.drop()
-                claim.never(list(range(claim.n)))
-                continue
-            error = future.exception()  # waits for it
-            if error is not None:
-                self._failed(claim, error)
-                lost = lost or _lost(error)
-        self._futures.clear()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-        return lost
-
-    @staticmethod
-    def _failed(claim: StreamClaim, error: BaseException) -> None:
-        claim.drop()
-        claim.never(getattr(error, "dq_unstored", list(range(claim.n))))
-
-
-def _runs_to_raise(chunk: StreamClaim, start: int, end: int, raising: bool) -> Iterator[Any]:
-    """The outcomes of positions ``start .. end`` of ``chunk`` as lists, and with
-    ``raising`` each task error (a :class:`RemoteTaskError` the task failed with, not one it
-    returned) on its own, in place, for the caller to raise."""
-    run: list[Any] = []
-    for p in range(start, end):
-        outcome = chunk.outcome(p)
-        if raising and p in chunk.failures:
-            if run:
-                yield run
-                run = []
-            yield outcome
-        else:
-            run.append(outcome)
-    if run:
-        yield run
-
-
-class _Results(itertools.chain):
-    """What ``imap`` returns: the stream's outcomes, chained from its slices in C (a Python
-    generator frame resumed per item cost the yield loop about a fifth of its time), and
-    closed like a generator: :meth:`close` stops the stream (its ``finally`` drops the chunks
-    in flight) and yields nothing more. A stream dropped unclosed (a ``break``) is closed by
-    its generator's finalizer, as a generator would be."""
-
-    _slices: Any
-    _current: Any
-
-    @classmethod
-    def over(cls, slices: Iterator[Iterator[Any]]) -> "_Results":
-        holder: list[Any] = [iter(())]
-
-        def noted() -> Iterator[Iterator[Any]]:
-            for it in slices:  # kept, so that close() can empty the slice being read
-                holder[0] = it
-                yield it
-
-        results = cls.from_iterable(noted())
-        results._slices = slices
-        results._current = holder
-        return results
-
-    def close(self) -> None:
-        """Stop the stream: nothing more is pulled, put or yielded."""
-        self._slices.close()
-        for _ in self._current[0]:
-            pass
-
-
-def _lost(error: BaseException) -> bool:
-    """Whether ``error`` says a queue is lost for good (a durable one that moved is not:
-    its outcomes still come)."""
-    return isinstance(error, QueueLostError) and not isinstance(error, QueueMovedError)

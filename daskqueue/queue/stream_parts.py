@@ -1,0 +1,123 @@
+"""The parts of a stream (``queue/streaming.py``) that are not its window: its puts, made in
+order on a thread of their own (:class:`Sends`), what ``imap`` returns (:class:`Results`,
+chained in C and closed like a generator), and the outcomes of a chunk's slice as runs to
+yield or errors to raise (:func:`runs_to_raise`)."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from daskqueue.errors import QueueLostError, QueueMovedError
+
+if TYPE_CHECKING:
+    from daskqueue.queue.streaming import StreamClaim
+
+__all__ = ["Sends", "Results", "runs_to_raise", "is_lost"]
+
+
+class Sends:
+    """A stream's puts, made in order on a thread of their own, so that the client yields
+    (and polls) while a chunk's puts travel and their answers are awaited (a put answered
+    in turn cost the yield loop a fifth of its time). A failed put is raised in the
+    stream's thread by :meth:`check`; its chunk is dropped, its unstored positions counted
+    as arrived (the chunk stays in the stream's list: its ``finally`` hands it to the
+    collector with the others)."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: collections.deque[tuple[StreamClaim, Future[Any]]] = collections.deque()
+
+    def submit(self, claim: StreamClaim, put: Callable[[], Any]) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="daskqueue-stream-put")
+        self._futures.append((claim, self._pool.submit(put)))
+
+    def check(self) -> None:
+        """Raise the error of the first put that failed, if any (puts that ended are forgotten)."""
+        while self._futures and self._futures[0][1].done():
+            claim, future = self._futures.popleft()
+            error = future.exception()
+            if error is not None:
+                self._failed(claim, error)
+                raise error
+
+    def stop(self) -> bool:
+        """The stream ended: puts not started never will be (their chunks count as
+        arrived), the one under way is waited for. Whether a put lost its queue."""
+        lost = False
+        for claim, future in self._futures:
+            if future.cancel():
+                claim.drop()
+                claim.never(list(range(claim.n)))
+                continue
+            error = future.exception()  # waits for it
+            if error is not None:
+                self._failed(claim, error)
+                lost = lost or is_lost(error)
+        self._futures.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        return lost
+
+    @staticmethod
+    def _failed(claim: StreamClaim, error: BaseException) -> None:
+        claim.drop()
+        claim.never(getattr(error, "dq_unstored", list(range(claim.n))))
+
+
+def runs_to_raise(chunk: StreamClaim, start: int, end: int, raising: bool) -> Iterator[Any]:
+    """The outcomes of positions ``start .. end`` of ``chunk`` as lists, and with
+    ``raising`` each task error (a :class:`RemoteTaskError` the task failed with, not one it
+    returned) on its own, in place, for the caller to raise."""
+    run: list[Any] = []
+    for p in range(start, end):
+        outcome = chunk.outcome(p)
+        if raising and p in chunk.failures:
+            if run:
+                yield run
+                run = []
+            yield outcome
+        else:
+            run.append(outcome)
+    if run:
+        yield run
+
+
+class Results(itertools.chain):
+    """What ``imap`` returns: the stream's outcomes, chained from its slices in C (a Python
+    generator frame resumed per item cost the yield loop about a fifth of its time), and
+    closed like a generator: :meth:`close` stops the stream (its ``finally`` drops the chunks
+    in flight) and yields nothing more. A stream dropped unclosed (a ``break``) is closed by
+    its generator's finalizer, as a generator would be."""
+
+    _slices: Any
+    _current: Any
+
+    @classmethod
+    def over(cls, slices: Iterator[Iterator[Any]]) -> "Results":
+        holder: list[Any] = [iter(())]
+
+        def noted() -> Iterator[Iterator[Any]]:
+            for it in slices:  # kept, so that close() can empty the slice being read
+                holder[0] = it
+                yield it
+
+        results = cls.from_iterable(noted())
+        results._slices = slices
+        results._current = holder
+        return results
+
+    def close(self) -> None:
+        """Stop the stream: nothing more is pulled, put or yielded."""
+        self._slices.close()
+        for _ in self._current[0]:
+            pass
+
+
+def is_lost(error: BaseException) -> bool:
+    """Whether ``error`` says a queue is lost for good (a durable one that moved is not:
+    its outcomes still come)."""
+    return isinstance(error, QueueLostError) and not isinstance(error, QueueMovedError)
