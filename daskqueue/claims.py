@@ -1,0 +1,127 @@
+"""Claims: ranges of a queue's messages whose outcomes go to one caller's object instead of
+the collector's ``{id: value}`` dicts (a ``map``'s :class:`~daskqueue.results.MapClaim`, by
+input position; an ``as_completed``'s :class:`~daskqueue.stream_claim.StreamClaim`). A mixin
+of :class:`~daskqueue.results.ResultCollector`: its state (``_claim_starts``, ``_claims``,
+``_closing``, the parked results) and its lock are the collector's.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import TYPE_CHECKING, Any
+
+from daskqueue.errors import RemoteTaskError
+from daskqueue.messages import MAX_QUEUES, make_id
+from daskqueue.stream_claim import StreamClaim, hand_over_parked
+
+if TYPE_CHECKING:
+    from daskqueue.results import MapClaim
+
+__all__ = ["ClaimsMixin"]
+
+_MISS = object()  # not found (a value may be None)
+
+
+class ClaimsMixin:
+    """Registering and releasing claims, and finding a message's claim."""
+
+    _lock: Any
+    _n: int
+    _claim_starts: list[list[int]]
+    _claims: list[list[tuple[int, Any, int]]]
+    _closing: list[Any]
+    _results: dict[int, Any]
+    failures: dict[int, Any]
+    _arrivals: Any
+
+    def claim(self, queue_index: int, first_seq: int, count: int, claim: MapClaim, pos0: int) -> None:
+        """Route the results of messages ``first_seq ..`` of a queue to ``claim``."""
+        with self._lock:
+            starts = self._claim_starts[queue_index]
+            i = bisect.bisect(starts, first_seq)
+            starts.insert(i, first_seq)
+            self._claims[queue_index].insert(i, (count, claim, pos0))
+
+    def claim_stream(self, claim: StreamClaim, runs: list[tuple[int, int, int, int]]) -> bool:
+        """Route the outcomes of ``claim``'s id runs (see :func:`~daskqueue.stream_claim.id_runs`)
+        to it, moving those filed already; False (nothing done) if a run is of no queue of
+        the pool or overlaps another claim (the caller takes from the dicts instead)."""
+        with self._lock:
+            for q, first, count, _ in runs:
+                if q >= self._n or self._claim_overlaps(q, first, count):
+                    return False
+            for q, first, count, pos0 in runs:
+                self.claim(q, first, count, claim, pos0)  # type: ignore[arg-type]
+            if self._parked:
+                self._parked = hand_over_parked(self._parked, claim, runs)
+            if self._results or self.failures:
+                for q, first, count, pos0 in runs:
+                    self._hand_over(q, first, count, claim, pos0)
+            return True
+
+    def _claim_overlaps(self, q: int, first: int, count: int) -> bool:
+        starts = self._claim_starts[q]
+        i = bisect.bisect(starts, first + count - 1) - 1
+        return i >= 0 and starts[i] + self._claims[q][i][0] > first
+
+    def _hand_over(self, q: int, first: int, count: int, claim: StreamClaim, pos0: int) -> None:
+        """Outcomes of messages ``first ..`` of queue ``q`` filed before ``claim`` go to it."""
+        ids = range(make_id(q, first), make_id(q, first + count), MAX_QUEUES)
+        results, failures, miss = self._results, self.failures, _MISS  # type: ignore[attr-defined]
+        if results:
+            found = [(k, v) for k, i in enumerate(ids) if (v := results.pop(i, miss)) is not miss]
+            if len(found) == count:
+                claim.succeed(pos0, [v for _, v in found])
+            else:
+                for k, v in found:
+                    claim.succeed(pos0 + k, [v])
+        if failures:
+            for k, i in enumerate(ids):
+                if i in failures:
+                    claim.fail(pos0 + k, failures.pop(i))
+
+    def drain_stream(self, claim: StreamClaim) -> tuple[list[int], list[Any]]:
+        """:meth:`StreamClaim.drain` under the lock."""
+        with self._lock:
+            return claim.drain()
+
+    def release_stream(self, claim: StreamClaim) -> None:
+        """Forget ``claim``'s runs; outcomes it got but nobody drained go back to the dicts
+        (an ``as_completed`` closed early: they are ``results()``' again)."""
+        with self._lock:
+            self.release(claim)  # type: ignore[arg-type]
+            got, values = claim.drain()
+            for i, v in zip(got, values):
+                (self.failures if isinstance(v, RemoteTaskError) and v.task_id == i else self.results)[i] = v
+            self._arrivals.add(got)
+
+    def release(self, claim: MapClaim) -> None:
+        """Forget the ranges of a finished ``map``."""
+        with self._lock:
+            for q in range(self._n):
+                keep = [k for k, c in enumerate(self._claims[q]) if c[1] is not claim]
+                self._claim_starts[q] = [self._claim_starts[q][k] for k in keep]
+                self._claims[q] = [self._claims[q][k] for k in keep]
+
+    def release_when_complete(self, claims: list[MapClaim]) -> None:
+        """Release these claims (nobody reads them any more) once each is complete: now, or
+        at the poll that completes it (a stream closed early: see queue/streaming.py)."""
+        with self._lock:
+            self._closing.extend(claims)
+            self._release_completed()
+
+    def _release_completed(self) -> None:
+        done = [c for c in self._closing if c.complete]
+        if done:
+            self._closing = [c for c in self._closing if not c.complete]
+            for claim in done:
+                self.release(claim)
+
+    def _owner(self, q: int, seq: int) -> tuple[MapClaim, int] | None:
+        starts = self._claim_starts[q]
+        i = bisect.bisect(starts, seq) - 1
+        if i >= 0:
+            count, claim, pos0 = self._claims[q][i]
+            if seq < starts[i] + count:
+                return claim, pos0 + (seq - starts[i])
+        return None
