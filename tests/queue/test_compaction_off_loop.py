@@ -100,8 +100,9 @@ async def test_automatic_compaction_of_a_large_queue_leaves_the_event_loop_respo
         compaction_s = time.perf_counter() - started
     assert q._store.generation == generation + 1
     # The bound that matters: the loop never stalled for long. Inline compaction stalled it
-    # for the whole compaction_s.
-    assert watch.max_gap_s < min(0.2, compaction_s / 3), (watch.max_gap_s, compaction_s)
+    # for the whole compaction_s (1-2 s here). 0.35 s, not 0.2: the suite runs this file first,
+    # beside two other heavy ones on 2 cores, and the OS alone then gave a 0.21 s gap in CI.
+    assert watch.max_gap_s < min(0.35, compaction_s / 3), (watch.max_gap_s, compaction_s)
     assert call_s < compaction_s / 3, (call_s, compaction_s)
     crash(q)
     q = open_queue(tmp_path)
