@@ -200,6 +200,8 @@ LONG_FIRST = (
     "tests/queue/test_compaction_off_loop.py",
     "tests/test_scheduler_lost.py",
     "tests/test_preemption.py",
+    "tests/test_attach_moved.py",
+    "tests/consumer/test_time_limits.py",
 )
 
 
