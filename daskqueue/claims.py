@@ -8,14 +8,14 @@ of :class:`~daskqueue.results.ResultCollector`: its state (``_claim_starts``, ``
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from daskqueue.errors import RemoteTaskError
 from daskqueue.messages import MAX_QUEUES, make_id
 from daskqueue.stream_claim import StreamClaim, hand_over_parked
 
-if TYPE_CHECKING:
-    from daskqueue.results import MapClaim
+#: A ``MapClaim`` of :mod:`daskqueue.results` (not imported: that module imports this one).
+MapClaimLike = Any
 
 __all__ = ["ClaimsMixin"]
 
@@ -34,7 +34,7 @@ class ClaimsMixin:
     failures: dict[int, Any]
     _arrivals: Any
 
-    def claim(self, queue_index: int, first_seq: int, count: int, claim: MapClaim, pos0: int) -> None:
+    def claim(self, queue_index: int, first_seq: int, count: int, claim: MapClaimLike, pos0: int) -> None:
         """Route the results of messages ``first_seq ..`` of a queue to ``claim``."""
         with self._lock:
             starts = self._claim_starts[queue_index]
@@ -95,7 +95,7 @@ class ClaimsMixin:
                 (self.failures if isinstance(v, RemoteTaskError) and v.task_id == i else self.results)[i] = v
             self._arrivals.add(got)
 
-    def release(self, claim: MapClaim) -> None:
+    def release(self, claim: MapClaimLike) -> None:
         """Forget the ranges of a finished ``map``."""
         with self._lock:
             for q in range(self._n):
@@ -103,7 +103,7 @@ class ClaimsMixin:
                 self._claim_starts[q] = [self._claim_starts[q][k] for k in keep]
                 self._claims[q] = [self._claims[q][k] for k in keep]
 
-    def release_when_complete(self, claims: list[MapClaim]) -> None:
+    def release_when_complete(self, claims: list[MapClaimLike]) -> None:
         """Release these claims (nobody reads them any more) once each is complete: now, or
         at the poll that completes it (a stream closed early: see queue/streaming.py)."""
         with self._lock:
@@ -117,7 +117,7 @@ class ClaimsMixin:
             for claim in done:
                 self.release(claim)
 
-    def _owner(self, q: int, seq: int) -> tuple[MapClaim, int] | None:
+    def _owner(self, q: int, seq: int) -> tuple[MapClaimLike, int] | None:
         starts = self._claim_starts[q]
         i = bisect.bisect(starts, seq) - 1
         if i >= 0:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import collections
 import itertools
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from daskqueue.errors import QueueLostError, QueueMovedError
 
-if TYPE_CHECKING:
-    from daskqueue.queue.streaming import StreamClaim
+#: A ``StreamClaim`` of :mod:`daskqueue.queue.streaming` (not imported: that module imports this one).
+StreamClaimLike = Any
 
 __all__ = ["Sends", "Results", "runs_to_raise", "is_lost"]
 
@@ -28,9 +28,9 @@ class Sends:
 
     def __init__(self) -> None:
         self._pool: ThreadPoolExecutor | None = None
-        self._futures: collections.deque[tuple[StreamClaim, Future[Any]]] = collections.deque()
+        self._futures: collections.deque[tuple[StreamClaimLike, Future[Any]]] = collections.deque()
 
-    def submit(self, claim: StreamClaim, put: Callable[[], Any]) -> None:
+    def submit(self, claim: StreamClaimLike, put: Callable[[], Any]) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="daskqueue-stream-put")
         self._futures.append((claim, self._pool.submit(put)))
@@ -63,12 +63,12 @@ class Sends:
         return lost
 
     @staticmethod
-    def _failed(claim: StreamClaim, error: BaseException) -> None:
+    def _failed(claim: StreamClaimLike, error: BaseException) -> None:
         claim.drop()
         claim.never(getattr(error, "dq_unstored", list(range(claim.n))))
 
 
-def runs_to_raise(chunk: StreamClaim, start: int, end: int, raising: bool) -> Iterator[Any]:
+def runs_to_raise(chunk: StreamClaimLike, start: int, end: int, raising: bool) -> Iterator[Any]:
     """The outcomes of positions ``start .. end`` of ``chunk`` as lists, and with
     ``raising`` each task error (a :class:`RemoteTaskError` the task failed with, not one it
     returned) on its own, in place, for the caller to raise."""
