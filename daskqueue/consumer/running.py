@@ -27,6 +27,7 @@ from typing import Any
 from daskqueue import defaults
 from daskqueue.consumer.batch import Batch, Outcome, dump_results
 from daskqueue.consumer.counters import Counters
+from daskqueue.consumer.eager import start_eagerly
 from daskqueue.consumer.fetching import FetchPolicy
 from daskqueue.consumer.isolate import time_limit_error
 from daskqueue.consumer.leaving import leaving_time, retire_at
@@ -173,7 +174,6 @@ class RunSlots:
         consumer, and first looks up when the worker leaves (``look_up_leaving``)."""
         c = self.config
         slots = asyncio.Semaphore(c.reserved_slots if reserved else c.max_concurrency + c.prefetch_batches)
-        loop = asyncio.get_running_loop()
         if look_up_leaving:
             await self._look_up_leaving()
         checked_at = time.monotonic()
@@ -200,7 +200,9 @@ class RunSlots:
                 slots.release()
                 continue
             self.inflight[(batch.queue_slot, batch.lease_id)] = batch
-            task = loop.create_task(self._run_and_settle(batch, slots))
+            # Started on this step, not a later one: the batch reaches its run thread (or its
+            # child) before anything else on the loop runs, and before the next fetch.
+            task = start_eagerly(self._run_and_settle(batch, slots))
             self._finishing.add(task)
             task.add_done_callback(self._finishing.discard)
 

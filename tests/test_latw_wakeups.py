@@ -1,0 +1,136 @@
+"""One task's path inside the queue's worker (issue 24): who runs first on the event loop.
+
+Queue actors and helpers driven by hand on a plain asyncio loop (no cluster): what is tested
+is the order of the loop's steps, which a cluster would only blur.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from daskqueue import TransientQueue
+from daskqueue.consumer.eager import start_eagerly
+from daskqueue.messages import Kind
+from daskqueue.serialize import Group, decode_delivery, encode_put, pack_payloads
+
+
+def put_blob(items: list) -> bytes:
+    offsets, data = pack_payloads(items, max_message_bytes=2**20)
+    return encode_put([Group(Kind.RAW, None, None, 0, None, 0.0, len(items), offsets, data)], {})
+
+
+@pytest.mark.timeout(30)
+def test_a_put_answers_after_the_long_poll_it_woke_took_the_work():
+    """The put's answer (a socket write, slow after an idle gap) comes after the waiting
+    long poll has leased the message: the consumer's path starts first."""
+
+    async def main() -> None:
+        q = TransientQueue(0)
+        try:
+            getter = asyncio.ensure_future(q.get_batch(10, 5.0))
+            await asyncio.sleep(0.01)  # the poll waits
+            assert await q.put_batch(put_blob(["a"])) == [(0, 1)]
+            assert getter.done()
+            lease_id, _, segments = decode_delivery(getter.result())
+            assert sum(s.count for s in segments) == 1
+        finally:
+            await q.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_a_put_with_no_long_poll_waiting_answers_without_yielding():
+    """No poll waits: the put answers on its own step (nothing to let go first)."""
+
+    async def main() -> None:
+        q = TransientQueue(0)
+        try:
+            ran = []
+            asyncio.get_running_loop().call_soon(ran.append, True)
+            assert await q.put_batch(put_blob(["a"])) == [(0, 1)]
+            assert ran == []  # the loop did not get a round in between
+        finally:
+            await q.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_start_eagerly_runs_up_to_the_first_suspension_at_once():
+    async def main() -> None:
+        steps = []
+        gate = asyncio.get_running_loop().create_future()
+
+        async def work() -> str:
+            steps.append("started")
+            value = await gate
+            steps.append("resumed")
+            return value + "!"
+
+        task = start_eagerly(work())
+        assert steps == ["started"]  # before this coroutine yielded to the loop
+        gate.set_result("done")
+        assert await task == "done!"
+        assert steps == ["started", "resumed"]
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_start_eagerly_of_a_coroutine_that_never_waits_is_done_at_once():
+    async def main() -> None:
+        async def quick() -> int:
+            return 7
+
+        async def broken() -> None:
+            raise ValueError("boom")
+
+        fut = start_eagerly(quick())
+        assert fut.done() and fut.result() == 7
+        failed = start_eagerly(broken())
+        assert failed.done()
+        with pytest.raises(ValueError, match="boom"):
+            await failed
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_start_eagerly_passes_exceptions_and_cancellation_on_to_the_coroutine():
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        seen = []
+
+        async def fails_later() -> None:
+            await asyncio.sleep(0)
+            raise KeyError("late")
+
+        async def waits_for_good() -> None:
+            try:
+                await loop.create_future()
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+                raise
+            finally:
+                seen.append("cleaned up")
+
+        with pytest.raises(KeyError):
+            await start_eagerly(fails_later())
+        task = start_eagerly(waits_for_good())
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert seen == ["cancelled", "cleaned up"]
+
+        async def inner_waits() -> str:
+            # An awaited task and a sleep inside: the loop sees the same futures as without.
+            await asyncio.sleep(0.01)
+            return await asyncio.ensure_future(asyncio.sleep(0.01, result="slept"))
+
+        assert await start_eagerly(inner_waits()) == "slept"
+
+    asyncio.run(main())
