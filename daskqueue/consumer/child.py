@@ -2,7 +2,7 @@
 
 Started by :class:`daskqueue.consumer.isolate.ProcessRunner`. It builds a twin of the
 consumer (same class, same arguments, no queues) and runs the batches its parent sends on
-``max_concurrency`` threads, so that user code that kills its process (``os._exit``, a
+its own threads (one per run slot of the consumer, and one more: see :class:`_Child`), so that user code that kills its process (``os._exit``, a
 segfault in a C extension, the kernel's OOM killer) kills this process, not the worker and
 the queue that lives there.
 
@@ -28,7 +28,6 @@ import pickle
 import struct
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 from daskqueue.consumer.batch import dump_results
@@ -62,18 +61,26 @@ URGENT_CHILD_NICE = 5
 
 
 class _Child:
-    """The child's state: the consumer twin, its thread pool, the locked output pipe."""
+    """The child's state: the consumer twin, its run threads, the locked output pipe.
 
-    def __init__(self, out: BinaryIO, consumer: Any) -> None:
+    Leader and followers: the run threads take turns reading the input pipe (one at a
+    time, under ``read_lock``); the one that reads a batch lets go of the pipe and runs the
+    batch itself, and a waiting thread becomes the reader. A batch so starts on the thread
+    that read it, with no hand-over to another thread (a wake-up of a sleeping thread, on
+    the path of every task). There is one thread more than the parent ever has batches
+    here (it sends a batch only once one of its run slots, general or reserved, is free):
+    a thread is always left to read ``halt`` while every slot runs.
+    """
+
+    def __init__(self, out: BinaryIO, stdin: BinaryIO, consumer: Any) -> None:
         self.out = out
+        self.stdin = stdin
         self.consumer = consumer
         self.funcs: dict[bytes, bytes] = {}  # digest -> pickle: exactly what the parent sent and did not drop
         self.write_lock = threading.Lock()
-        self.pool = ThreadPoolExecutor(consumer.max_concurrency, thread_name_prefix="daskqueue-child")
-        # Reserved slots run urgent batches on threads of their own: a batch fetched ahead
-        # waits for a general thread, never takes a reserved one.
+        self.read_lock = threading.Lock()
         reserved = getattr(consumer, "reserved_slots", 0)
-        self.reserved_pool = ThreadPoolExecutor(reserved, thread_name_prefix="daskqueue-child-reserved") if reserved else None
+        self.threads = consumer.max_concurrency + reserved + 1
         if reserved:
             # A CPU-bound task holds the GIL for up to the switch interval (5 ms) each time
             # the urgent thread asks for it, and a short task asks several times: hand the
@@ -92,6 +99,37 @@ class _Child:
         with self.write_lock:
             self.out.write(frame)
             self.out.flush()
+
+    def serve(self) -> None:
+        """One run thread: read when it is this thread's turn, run what it read."""
+        while True:
+            with self.read_lock:
+                request = self.next_run()
+            try:
+                self.run(*request)
+            except Exception:  # its reply could not be written: the parent is gone (end of input follows)
+                pass
+
+    def next_run(self) -> tuple[int, Any, bool, dict[int, bytes]]:
+        """Read frames until a batch to run (``halt`` frames take effect at once); at end of
+        input, end the process. Called under ``read_lock``: frames are applied in pipe
+        order, the function table with them (see ``isolate.ChildFunctions``)."""
+        while True:
+            msg = read_frame(self.stdin)
+            if msg is None:
+                self.consumer.close_task_pools()  # its Client to the scheduler, if get_pool() opened one
+                os._exit(0)  # the parent is gone: nobody will read what running items would give
+            if msg[0] == "halt":
+                self.consumer._halt_items = msg[1]
+            elif msg[0] == "run":
+                _, request_id, batch, funcs, drop, report_starts, skip = msg
+                for digest in drop:
+                    self.funcs.pop(digest, None)
+                self.funcs.update(funcs)
+                # Taken now, in pipe order: a later message may drop them while this batch runs.
+                named = {s.digest for s in batch.segments if s.digest is not None}
+                batch.funcs = {d: self.funcs[d] for d in named if d in self.funcs}
+                return request_id, batch, report_starts, skip
 
     def run(self, request_id: int, batch: Any, report_starts: bool, skip: dict[int, bytes]) -> None:
         on_start = (lambda pos: self.send(("started", request_id, pos))) if report_starts else None
@@ -124,25 +162,11 @@ def main() -> None:
         out.write(encode_frame(("init-failed", error_from_exception(e))))
         out.close()
         return
-    child = _Child(out, consumer)
+    child = _Child(out, stdin, consumer)
     child.send(("ready",))
-    while True:
-        msg = read_frame(stdin)
-        if msg is None:
-            consumer.close_task_pools()  # its Client to the scheduler, if get_pool() opened one
-            os._exit(0)  # the parent is gone: nobody will read what running items would give
-        if msg[0] == "halt":
-            consumer._halt_items = msg[1]
-        elif msg[0] == "run":
-            _, request_id, batch, funcs, drop, report_starts, skip = msg
-            for digest in drop:
-                child.funcs.pop(digest, None)
-            child.funcs.update(funcs)
-            # Taken now, in pipe order: a later message may drop them while this batch waits.
-            named = {s.digest for s in batch.segments if s.digest is not None}
-            batch.funcs = {d: child.funcs[d] for d in named if d in child.funcs}
-            pool = child.reserved_pool if getattr(batch, "reserved", False) and child.reserved_pool else child.pool
-            pool.submit(child.run, request_id, batch, report_starts, skip)
+    for k in range(1, child.threads):
+        threading.Thread(target=child.serve, name=f"daskqueue-child-{k}", daemon=True).start()
+    child.serve()  # this thread is one of them; the process ends at end of input (os._exit)
 
 
 if __name__ == "__main__":
