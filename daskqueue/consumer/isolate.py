@@ -47,6 +47,9 @@ CHILD_START_TIMEOUT_S = 60.0
 #: How long ``close`` waits for a child to exit after its input is closed, before killing it.
 CHILD_EXIT_TIMEOUT_S = 5.0
 
+#: The most read from the child's output pipe per round of the loop.
+READ_BYTES = 1 << 20
+
 def child_killed_error(returncode: int | None) -> bytes:
     """The error recorded for a message whose run killed its child process."""
     how = f"exit code {returncode}" if returncode is None or returncode >= 0 else f"signal {-returncode}"
@@ -108,10 +111,15 @@ class ChildFunctions:
 @dataclass(eq=False)
 class _Child:
     proc: asyncio.subprocess.Process
+    fd: int  # the read end of the child's output pipe (non-blocking), -1 once closed
+    #: The child's first frame (``ready`` or ``init-failed``; None if it ended before one).
+    greeting: asyncio.Future[Any]
+    #: Made when the child's output ends: waits for its exit and fails what it still ran.
     reader: asyncio.Task[None] | None = None
     requests: dict[int, _Request] = field(default_factory=dict)
     sent_funcs: ChildFunctions = field(default_factory=ChildFunctions)
     timed_out: bool = False  # killed because an item ignored its time limit
+    received: bytearray = field(default_factory=bytearray)  # output read, not yet a whole frame
 
 
 class ProcessRunner:
@@ -161,23 +169,37 @@ class ProcessRunner:
         # The child imports what this worker can (a task function pickled by reference to a
         # module on a path added at run time, e.g. by pytest): it gets the worker's sys.path.
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        # ``-c``, not ``-m``: the package imports ``child`` itself, so ``-m`` would run a second
-        # copy of it as ``__main__`` (and print runpy's RuntimeWarning on every start).
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", CHILD_MAIN,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
-        )
-        child = _Child(proc)
+        # Its output is a pipe of our own, read by a callback of the loop (see _readable):
+        # a reply reaches the batch waiting for it in two rounds of the loop, where asyncio's
+        # subprocess streams take four (transport, protocol, reader task, then the waiter).
+        out_r, out_w = os.pipe()
+        try:
+            # ``-c``, not ``-m``: the package imports ``child`` itself, so ``-m`` would run a
+            # second copy of it as ``__main__`` (and print runpy's RuntimeWarning on every start).
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", CHILD_MAIN, stdin=asyncio.subprocess.PIPE, stdout=out_w, env=env,
+            )
+        except BaseException:
+            os.close(out_r)
+            raise
+        finally:
+            os.close(out_w)
+        os.set_blocking(out_r, False)
+        loop = asyncio.get_running_loop()
+        child = _Child(proc, out_r, loop.create_future())
+        loop.add_reader(out_r, self._readable, child)
         try:
             await self._send(child, ("init", self._spec))
-            reply = await self._receive(child)
+            reply = await child.greeting
         except BaseException:
             proc.kill()
+            self._stop_reading(child)
             raise
         if reply is None or reply[0] != "ready":
             await proc.wait()
+            self._stop_reading(child)
+            await child.reader  # type: ignore[misc]
             raise RuntimeError(self._init_failure(reply, proc.returncode))
-        child.reader = asyncio.get_running_loop().create_task(self._read_forever(child))
         logger.debug("consumer %d: child process %d started", self.index, proc.pid)
         return child
 
@@ -199,8 +221,9 @@ class ProcessRunner:
         except (asyncio.TimeoutError, OSError):
             child.proc.kill()
             await child.proc.wait()
-        if child.reader is not None:
-            await child.reader
+        self._stop_reading(child)  # its output may not have been seen to end yet
+        assert child.reader is not None
+        await child.reader
 
     async def set_halt(self, flag: bool) -> None:
         """Make the child's run threads stop (or not) at the next item boundary."""
@@ -220,24 +243,64 @@ class ProcessRunner:
         stdin.write(encode_frame(obj))
         await stdin.drain()
 
-    @staticmethod
-    async def _receive(child: _Child) -> Any:
-        stdout = child.proc.stdout
-        assert stdout is not None
+    def _readable(self, child: _Child) -> None:
+        """The child's output pipe has data (or ended): hand each whole frame to its request;
+        at its end (the child died, or its pipe broke), fail what it still ran."""
         try:
-            (size,) = FRAME.unpack(await stdout.readexactly(FRAME.size))
-            return pickle.loads(await stdout.readexactly(size))
-        except asyncio.IncompleteReadError:
-            return None
-
-    async def _read_forever(self, child: _Child) -> None:
-        """Hand each reply to its request; when the child dies (or its pipe breaks), fail what
-        it still ran."""
+            data = os.read(child.fd, READ_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._stop_reading(child)
+            return
+        buf = child.received
+        buf += data
         try:
-            await self._dispatch_replies(child)
+            used = 0
+            while len(buf) - used >= FRAME.size:
+                (size,) = FRAME.unpack_from(buf, used)
+                if len(buf) - used - FRAME.size < size:
+                    break
+                msg = pickle.loads(memoryview(buf)[used + FRAME.size:used + FRAME.size + size])
+                used += FRAME.size + size
+                self._dispatch(child, msg)
+            del buf[:used]
         except Exception:
             logger.exception("consumer %d: reading from the child process failed; ending it", self.index)
             child.proc.kill()
+            self._stop_reading(child)
+
+    def _dispatch(self, child: _Child, msg: Any) -> None:
+        if msg[0] in ("ready", "init-failed"):
+            if not child.greeting.done():
+                child.greeting.set_result(msg)
+            return
+        request = child.requests.get(msg[1])
+        if request is None:
+            return
+        if msg[0] == "started":
+            request.last_started = msg[2]
+        elif msg[0] == "done":
+            del child.requests[msg[1]]
+            if not request.future.done():
+                request.future.set_result(msg[2:])
+
+    def _stop_reading(self, child: _Child) -> None:
+        """Stop reading the child's output (idempotent) and start ``_ended``."""
+        if child.fd < 0:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(child.fd)
+        os.close(child.fd)
+        child.fd = -1
+        if not child.greeting.done():
+            child.greeting.set_result(None)
+        child.reader = loop.create_task(self._ended(child))
+
+    async def _ended(self, child: _Child) -> None:
+        """The child's output ended: wait for its exit, then fail what it still ran."""
         returncode = await child.proc.wait()
         if self._child is child:
             self._child = None
@@ -248,21 +311,6 @@ class ProcessRunner:
             if not request.future.done():
                 request.future.set_exception(ChildDied(returncode, request.last_started, child.timed_out))
         child.requests.clear()
-
-    async def _dispatch_replies(self, child: _Child) -> None:
-        while True:
-            msg = await self._receive(child)
-            if msg is None:
-                return
-            request = child.requests.get(msg[1])
-            if request is None:
-                continue
-            if msg[0] == "started":
-                request.last_started = msg[2]
-            elif msg[0] == "done":
-                del child.requests[msg[1]]
-                if not request.future.done():
-                    request.future.set_result(msg[2:])
 
     # -- running ------------------------------------------------------------------------------
 
