@@ -134,3 +134,30 @@ def test_start_eagerly_passes_exceptions_and_cancellation_on_to_the_coroutine():
         assert await start_eagerly(inner_waits()) == "slept"
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_a_lease_due_after_the_sweepers_own_wakeup_does_not_wake_it_and_a_sooner_one_does():
+    """The sweeper wakes at least every ORPHAN_CHECK_S for its chores: a lease due later
+    needs no wake-up now (one round of the loop less on a task's path), one due sooner gets
+    it, and expires on time."""
+
+    async def main() -> None:
+        q = TransientQueue(0, lease_timeout_s=30.0)
+        short = TransientQueue(1, lease_timeout_s=0.3)
+        try:
+            for queue in (q, short):
+                await queue.put_batch(put_blob(["a"]))
+            await asyncio.sleep(0.05)  # both sweepers asleep, until their chores are due
+            assert not q._timer_changed.is_set()  # noqa: SLF001
+            assert await q.get_batch(1) is not None
+            assert not q._timer_changed.is_set()  # noqa: SLF001
+            first = await short.get_batch(1)
+            assert short._timer_changed.is_set()  # noqa: SLF001
+            again = await short.get_batch(1, 5.0)  # redelivered once the lease expired
+            assert decode_delivery(again)[2][0].attempts == decode_delivery(first)[2][0].attempts + 1
+        finally:
+            await q.close()
+            await short.close()
+
+    asyncio.run(main())

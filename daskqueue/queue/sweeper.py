@@ -99,12 +99,15 @@ class SweeperMixin:
         """Until the next lease deadline, delayed message or housekeeping, or a wakeup."""
         assert self._timer_changed is not None
         wakeup = self._core.next_wakeup()
-        self._sweep_at = wakeup
-        timeout = None if wakeup is None else max(0.0, wakeup - self._now()) + defaults.DUE_WAKEUP_MARGIN_S
+        now = self._now()
+        timeout = None if wakeup is None else max(0.0, wakeup - now) + defaults.DUE_WAKEUP_MARGIN_S
         orphan_check = max(0.0, self._checked_at + ORPHAN_CHECK_S - time.monotonic())
         for chore in (self._housekeeping_due_in(), self._report_due_in(), orphan_check):
             if chore is not None:
                 timeout = chore if timeout is None else min(timeout, chore)
+        # When it wakes anyway (its chores included): a new lease, whose deadline is far
+        # past that, then wakes nobody (see _reschedule; on one task's path, issue 24).
+        self._sweep_at = None if timeout is None else now + timeout
         self._timer_changed.clear()
         # asyncio.wait, not wait_for: on Python 3.11 a wait_for cancelled just as its inner
         # wait finishes returns instead of raising, and a cancelled sweeper would run on.
