@@ -161,3 +161,33 @@ def test_a_lease_due_after_the_sweepers_own_wakeup_does_not_wake_it_and_a_sooner
             await short.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_work_a_waiting_long_poll_takes_is_never_announced_to_the_peers():
+    """A put woke this queue's own long poll, which leases it: the peers hear nothing (no
+    announcer task made as the poll's wait ends, before it leased)."""
+
+    async def main() -> None:
+        home, peer = TransientQueue(0), TransientQueue(1)
+        try:
+            await home.set_peers([home, peer])
+            await peer.set_peers([home, peer])
+            getter = asyncio.ensure_future(home.get_batch(10, 5.0))
+            await asyncio.sleep(0.05)
+            await home.put_batch(put_blob(["a"]))
+            assert decode_delivery(await getter)[2][0].count == 1
+            assert home._announcer is None  # noqa: SLF001
+            await asyncio.sleep(0.1)
+            assert 0 not in peer._board.work_at  # noqa: SLF001
+            # With nobody waiting here, new work is announced as before.
+            await home.put_batch(put_blob(["b"]))
+            deadline = asyncio.get_running_loop().time() + 5
+            while 0 not in peer._board.work_at:  # noqa: SLF001
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.01)
+        finally:
+            await home.close()
+            await peer.close()
+
+    asyncio.run(main())

@@ -62,47 +62,59 @@ class LeasingMixin:
         self._get_calls += 1
         deadline = self._now() + wait_s
         ended = self._poll_ends.get(owner, 0) if owner is not None else 0
-        while True:
-            if self._paused is not None:  # the gate, at the start and after every wait
-                await self._unpaused()
-            if self._closed:
-                return None
-            now = self._now()
-            if self._gossip is not None:
-                self._count_peers()
-            if hints and self._board.work_at:
-                better = self._board.better_than(self._core.top_priority, ignore, min_priority)
-                if better:  # a peer has more urgent work than any here: go there first
-                    return better
-            lease = self._core.get_batch(max_items, now=now, owner=owner, min_priority=min_priority, sizes=sizes)
-            if lease is not None:
-                self._persist_lease(lease, now)
-                self._reschedule()
+        woken = False
+        try:
+            while True:
+                if self._paused is not None:  # the gate, at the start and after every wait
+                    await self._unpaused()
+                if self._closed:
+                    return None
+                now = self._now()
+                if self._gossip is not None:
+                    self._count_peers()
+                if hints and self._board.work_at:
+                    better = self._board.better_than(self._core.top_priority, ignore, min_priority)
+                    if better:  # a peer has more urgent work than any here: go there first
+                        return better
+                lease = self._core.get_batch(max_items, now=now, owner=owner, min_priority=min_priority, sizes=sizes)
+                if lease is not None:
+                    self._persist_lease(lease, now)
+                    self._reschedule()
+                    self._work_changed()
+                    return encode_delivery(lease.lease_id, self.index, [delivery_segment(s) for s in lease.spans])
+                if hints:
+                    elsewhere = self._board.elsewhere(ignore, min_priority)
+                    if elsewhere:  # nothing here: say where there is work instead of waiting
+                        return elsewhere
+                remaining = deadline - now
+                if remaining <= 0 or self._closed:
+                    return None
+                if not await self._wait_ready(remaining, counted=min_priority is None):
+                    return None
+                woken = True
+                if owner is not None and self._poll_ends.get(owner, 0) != ended:
+                    return None  # its consumer stops (end_polls)
+        finally:
+            if woken:
+                # Told to the peers here, once the work that woke this call is leased (or
+                # not), not as its wait ended: no announcement of work about to be taken
+                # here (a task and a round of the loop on the path of every task).
                 self._work_changed()
-                return encode_delivery(lease.lease_id, self.index, [delivery_segment(s) for s in lease.spans])
-            if hints:
-                elsewhere = self._board.elsewhere(ignore, min_priority)
-                if elsewhere:  # nothing here: say where there is work instead of waiting
-                    return elsewhere
-            remaining = deadline - now
-            if remaining <= 0 or self._closed:
-                return None
-            if not await self._wait_ready(remaining, counted=min_priority is None):
-                return None
-            if owner is not None and self._poll_ends.get(owner, 0) != ended:
-                return None  # its consumer stops (end_polls)
 
     async def _wait_ready(self, timeout_s: float, *, counted: bool) -> bool:
         """Wait up to ``timeout_s`` for the ready event; returns whether it came. A getter
         that takes anything is ``counted`` (a reserved slot's, with a ``min_priority``, is
-        not: it would leave ordinary work to wait here while other consumers idle)."""
+        not: it would leave ordinary work to wait here while other consumers idle). Woken,
+        its caller tells the peers of the change once it has leased (``get_batch``)."""
         assert self._ready_event is not None
         self._getters += counted
+        woke = False
         try:
-            return await wait_event(self._ready_event, timeout_s)
+            woke = await wait_event(self._ready_event, timeout_s)
+            return woke
         finally:
             self._getters -= counted
-            if counted and not self._getters:
+            if counted and not self._getters and not woke:
                 self._work_changed()  # work nobody here now waits for is for the others
 
     def _persist_lease(self, lease: Lease, now: float) -> None:
