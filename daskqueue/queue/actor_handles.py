@@ -15,6 +15,8 @@ from distributed.actor import Actor
 from distributed.protocol import to_serialize
 
 from daskqueue.errors import QueueClosedError
+from daskqueue.queue.lane import LANE_MAX_PUT_BYTES, LaneClient, LaneFuture, lane_allowed
+from daskqueue.queue.lane_wire import METHOD_CODES
 
 __all__ = ["DirectActor", "WorkerActor"]
 
@@ -50,10 +52,18 @@ class DirectActor(Actor):
     """An ``Actor`` handle whose calls from a client go straight to the actor's worker.
 
     Called from a synchronous client's own thread (not its event loop), a method returns
-    a :class:`CallFuture`; otherwise (an asynchronous client, on a worker, in the loop) it
-    behaves exactly like ``Actor`` (workers always call each other directly). It pickles
-    as a plain ``Actor``.
+    a :class:`CallFuture`, or for a put or an outcome poll a
+    :class:`~daskqueue.queue.lane.LaneFuture` once the actor's lane is known (see
+    :mod:`daskqueue.queue.lane`: the call is written and read by the calling thread, and
+    made through Dask again if the lane fails); otherwise (an asynchronous client, on a
+    worker, in the loop) it behaves exactly like ``Actor`` (workers always call each other
+    directly). It pickles as a plain ``Actor``, never with its lane.
     """
+
+    def __init__(self, cls: type, address: str, key: str, worker: Any = None) -> None:
+        super().__init__(cls, address, key, worker)
+        self._lane: LaneClient | None = None
+        self._lane_checked = False
 
     @property
     def _worker_rpc(self) -> Any:
@@ -71,7 +81,40 @@ class DirectActor(Actor):
         def call(*args: Any, **kwargs: Any) -> CallFuture:
             return CallFuture(asyncio.run_coroutine_threadsafe(self._execute(key, args, kwargs), loop))
 
+        if key in METHOD_CODES:
+            lane = self._lane_client()
+            conn = lane.connection() if lane is not None else None
+            if conn is not None:
+                def call_on_lane(*args: Any, **kwargs: Any) -> Any:
+                    if kwargs or (key == "put_batch" and len(args[0]) > LANE_MAX_PUT_BYTES):
+                        return call(*args, **kwargs)
+                    try:
+                        rid = conn.send(key, args)
+                    except OSError:  # not sent (LaneBroken): through Dask
+                        rid = None
+                    if rid is None:
+                        return call(*args)
+                    return LaneFuture(conn, rid, lambda: call(*args))
+
+                return call_on_lane
         return call
+
+    def _lane_client(self) -> LaneClient | None:
+        """This handle's lane (None where none may be used: see ``lane_allowed``)."""
+        if not self._lane_checked:
+            self._lane_checked = True
+            if getattr(self._cls, "lane_endpoint", None) is not None and lane_allowed(self._client, self._address):
+                loop = self._client.loop.asyncio_loop
+                self._lane = LaneClient(lambda: CallFuture(asyncio.run_coroutine_threadsafe(
+                    self._execute("lane_endpoint", (self.key,), {}), loop)))
+        return self._lane
+
+    def close_lane(self) -> None:
+        """Close this handle's lane socket, if any (the pool releases the handle); later
+        calls go through Dask."""
+        lane = self.__dict__.get("_lane")
+        if lane is not None:
+            lane.close()
 
     def _from_client_thread(self) -> bool:
         """Whether calls are made from a synchronous client's thread, not its loop."""

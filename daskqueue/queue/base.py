@@ -54,6 +54,7 @@ from daskqueue.errors import (
 from daskqueue.queue.core import Chunk, QueueCore, Settlement
 from daskqueue.queue.functions import FunctionsMixin, FunctionTable
 from daskqueue.queue.gate import GateMixin
+from daskqueue.queue.lane_server import LaneMixin
 from daskqueue.queue.handoff import HandoffMixin
 from daskqueue.queue.leasing import LeasingMixin
 from daskqueue.queue.moving import FENCE_CHECK_S, MovingMixin
@@ -108,7 +109,7 @@ class QueueStats:
 
 
 class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, PeersMixin, SweeperMixin, FunctionsMixin,
-                     GateMixin):
+                     GateMixin, LaneMixin):
     """Shared shell of the queue actors; see :class:`TransientQueue` for the public contract."""
 
     kind = "base"
@@ -431,6 +432,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
             self._notify_outcomes()
         await self._stop_sweeper()
         await self._unpaused()  # a compaction run by compact() still owns the storage
+        await self._stop_lane()  # last: calls it carried were answered or refused above
 
 
 def _payload_of(g: Any) -> ChunkPayload:

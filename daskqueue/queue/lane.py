@@ -1,0 +1,417 @@
+"""The lane: a synchronous client's small calls to a queue actor over a plain socket of
+its own, read and written by the calling thread.
+
+Why: after an idle gap, a Dask actor call from a client's thread costs ~2-3 ms on this
+machine, most of it Python code of Dask's comm stack (a hop to the client's event loop,
+msgpack and frames, the worker's handler dispatch and ``actor_execute``) and thread
+hand-overs; a raw TCP round trip between two processes costs 0.16 ms. A task's
+``submit`` -> ``result`` makes two such calls (the put, the outcome poll). The lane carries
+exactly those two methods (:data:`~daskqueue.queue.lane_wire.METHODS`) from the caller's
+thread to a small asyncio server the queue actor runs on its worker's event loop
+(:mod:`daskqueue.queue.lane_server`); everything else goes through Dask as before.
+
+When (:func:`lane_allowed`): a synchronous client, calling from its own thread, plain
+``tcp://`` addresses, no TLS required by its ``Security``, and the Dask config key
+``daskqueue.lane`` true (the default; ``False`` on the client or the workers means no
+listening socket is ever opened). Anything else (tls, inproc, ucx, an asynchronous client,
+calls from a worker) goes through Dask, silently.
+
+Contracts:
+
+* Every read has a deadline (the caller's ``result(timeout)``); a lane that fails (the
+  connection breaks, a malformed frame, the actor's goodbye) makes each call in flight on
+  it again through Dask (:class:`LaneFuture`): both methods are safe to send twice (a put
+  carries its token, a fetch is read-only below its cursors), so no message is lost or
+  stored twice, and a dead worker gives the errors Dask's calls give. A handle whose lane
+  failed stays on Dask.
+* Thread-safe: one connection per handle, sends under a lock; one thread at a time reads
+  and files the replies for the others (:class:`LaneConnection`).
+* Fork-safe: a connection made by another process is never used (the pid is checked).
+* Nothing outlives its owner: :meth:`LaneClient.close` (the pool releasing the handle)
+  closes the socket; a handle that pickles never carries one.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import os
+import pickle
+import select
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+from daskqueue.queue.lane_wire import (
+    ERROR,
+    FALLBACK,
+    GOODBYE_ID,
+    HEADER,
+    HELLO,
+    MAX_FRAME_BYTES,
+    METHOD_CODES,
+    OK,
+    encode_request,
+)
+
+__all__ = ["LaneClient", "LaneConnection", "LaneFuture", "LaneBroken", "lane_allowed", "lane_enabled",
+           "LANE_MAX_PUT_BYTES", "CONNECT_TIMEOUT_S"]
+
+logger = logging.getLogger("daskqueue")
+
+#: A put blob larger than this goes through Dask (a ``map``'s batches: the lane is for the
+#: small sends whose latency matters; big blobs are sent by Dask's loop while the caller
+#: encodes the next one).
+LANE_MAX_PUT_BYTES = 64 * 1024
+
+#: How long the first connect to an actor's lane may take before the handle gives up on it.
+CONNECT_TIMEOUT_S = 2.0
+
+#: How long a send may wait for room in the socket's buffer before the lane is given up.
+SEND_TIMEOUT_S = 5.0
+
+_POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
+_POLL_OUT = select.POLLOUT | select.POLLERR | select.POLLHUP
+
+
+def lane_enabled() -> bool:
+    """The Dask config key ``daskqueue.lane`` (default True)."""
+    import dask
+
+    return bool(dask.config.get("daskqueue.lane", True))
+
+
+def lane_allowed(client: Any, address: str) -> bool:
+    """Whether calls of ``client`` (synchronous, from its own thread) to an actor at
+    ``address`` may use a lane (see the module docstring)."""
+    if client is None or client.asynchronous or not address.startswith("tcp://"):
+        return False
+    security = getattr(client, "security", None)
+    if security is not None and getattr(security, "require_encryption", False):
+        return False
+    scheduler = getattr(getattr(client, "scheduler", None), "address", "") or ""
+    if scheduler and not scheduler.startswith("tcp://"):
+        return False
+    return lane_enabled()
+
+
+class LaneBroken(OSError):
+    """The lane cannot carry a call (internal: the call goes through Dask)."""
+
+
+class LaneConnection:
+    """One socket to one actor's lane server; thread-safe (see the module docstring).
+
+    Sends take ``_send_lock``. Replies are read by one thread at a time (``_reading``, under
+    ``_cond``), which files replies for other requests in ``_replies`` and wakes their
+    waiters; a waiter whose reply is not filed becomes the reader when the reader leaves.
+    """
+
+    def __init__(self, host: str, port: int, secret: bytes, *, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
+        try:
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock.sendall(HELLO + secret)
+            self._sock.setblocking(False)
+        except BaseException:
+            self._sock.close()
+            raise
+        self._fd = self._sock.fileno()
+        self.pid = os.getpid()
+        self._ids = itertools.count(1)
+        self._send_lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._reading = False
+        self._replies: dict[int, tuple[int, bytes]] = {}
+        self._unwanted: set[int] = set()
+        self._buf = bytearray()
+        #: Why the connection is unusable (None while it serves).
+        self.broken: BaseException | None = None
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def send(self, method: str, args: tuple[Any, ...]) -> int | None:
+        """Send a request; its id, or None if its arguments have no lane encoding. Raises
+        :class:`LaneBroken` if the request did not go out whole (then it went nowhere: the
+        actor's side reads only whole frames, and the connection is closed)."""
+        if self.broken is not None:
+            raise LaneBroken(f"lane broken: {self.broken}")
+        with self._send_lock:
+            rid = next(self._ids) & 0xFFFFFFFF or next(self._ids)
+            frame = encode_request(rid, METHOD_CODES[method], args)
+            if frame is None:
+                return None
+            try:
+                self._send_all(frame)
+            except OSError as e:
+                self._break(e)
+                raise LaneBroken(f"lane send failed: {e}") from e
+        return rid
+
+    def _send_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        deadline = None
+        while view:
+            try:
+                n = self._sock.send(view)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            view = view[n:]
+            if view:
+                now = time.monotonic()
+                deadline = deadline or now + SEND_TIMEOUT_S
+                if now >= deadline:
+                    raise TimeoutError("lane send: the actor's side reads nothing")
+                _wait_fd(self._fd, _POLL_OUT, deadline - now)
+
+    # -- replies ----------------------------------------------------------------------------
+
+    def wait(self, rid: int, deadline: float | None) -> tuple[int, bytes]:
+        """``(status, body)`` of request ``rid``, by monotonic ``deadline`` (None: no limit;
+        the caller's ``now``: only what has arrived) else builtin ``TimeoutError``; raises
+        :class:`LaneBroken` once the connection failed or the actor said goodbye."""
+        with self._cond:
+            while True:
+                reply = self._replies.pop(rid, None)
+                if reply is not None:
+                    return reply
+                if self.broken is not None:
+                    raise LaneBroken(f"lane broken: {self.broken}")
+                if not self._reading:
+                    self._reading = True
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError("lane: no reply yet")
+                self._cond.wait(left)
+        try:
+            while True:
+                frames = self._read_frames(deadline)
+                mine = None
+                with self._cond:
+                    for frid, status, body in frames:
+                        if frid == GOODBYE_ID and status == FALLBACK:
+                            self._break_locked(LaneBroken("the actor closed its lane"))
+                        elif frid == rid:
+                            mine = (status, body)
+                        elif frid in self._unwanted:
+                            self._unwanted.discard(frid)
+                        else:
+                            self._replies[frid] = (status, body)
+                    if mine is not None:
+                        return mine
+                    if self.broken is not None:
+                        raise LaneBroken(f"lane broken: {self.broken}")
+        except TimeoutError:  # an OSError too, but the connection is fine
+            raise
+        except OSError as e:
+            if not isinstance(e, LaneBroken):
+                self._break(e)
+                raise LaneBroken(f"lane read failed: {e}") from e
+            raise
+        finally:
+            with self._cond:
+                self._reading = False
+                self._cond.notify_all()
+
+    def forget(self, rid: int) -> None:
+        """Nobody waits for request ``rid`` any more: drop its reply (now or when it comes)."""
+        with self._cond:
+            if self._replies.pop(rid, None) is None and self.broken is None:
+                self._unwanted.add(rid)
+
+    def _read_frames(self, deadline: float | None) -> list[tuple[int, int, bytes]]:
+        """At least one whole frame, reading until ``deadline`` (then ``TimeoutError``);
+        every whole frame read. Only the reader calls it (no lock: ``_buf`` is its own)."""
+        buf = self._buf
+        while True:
+            frames = _split_frames(buf)
+            if frames:
+                return frames
+            try:
+                chunk = self._sock.recv(1 << 16)
+            except (BlockingIOError, InterruptedError):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError("lane: no reply yet") from None
+                _wait_fd(self._fd, _POLL_IN, left)
+                continue
+            if not chunk:
+                raise ConnectionResetError(errno.ECONNRESET, "the actor's side closed the lane")
+            buf += chunk
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def _break(self, error: BaseException) -> None:
+        with self._cond:
+            self._break_locked(error)
+
+    def _break_locked(self, error: BaseException) -> None:
+        if self.broken is None:
+            self.broken = error  # replies read already stay: their waiters take them
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Close the socket (in the process that made it; a forked child's copy is only
+        dropped). Calls in flight go through Dask."""
+        self._break(LaneBroken("closed"))
+        if os.getpid() == self.pid:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+
+
+def _wait_fd(fd: int, events: int, timeout_s: float | None) -> None:
+    poller = select.poll()
+    poller.register(fd, events)
+    poller.poll(None if timeout_s is None else max(0, int(timeout_s * 1000) + 1))
+
+
+def _split_frames(buf: bytearray) -> list[tuple[int, int, bytes]]:
+    """Cut the whole frames off the front of ``buf``."""
+    frames = []
+    pos, size, head = 0, len(buf), HEADER.size
+    while size - pos >= head:
+        length, rid, status = HEADER.unpack_from(buf, pos)
+        if length > MAX_FRAME_BYTES:
+            raise ConnectionResetError(errno.EPROTO, f"lane frame of {length} bytes")
+        if size - pos - head < length:
+            break
+        frames.append((rid, status, bytes(buf[pos + head : pos + head + length])))
+        pos += head + length
+    if pos:
+        del buf[:pos]
+    return frames
+
+
+class LaneFuture:
+    """A call sent on a lane: ``result(timeout)`` and ``done()`` as on a
+    :class:`~daskqueue.queue.actor_handles.CallFuture` (a timeout raises the builtin
+    ``TimeoutError`` and leaves the call in flight). If the lane fails, or the actor answers
+    ``FALLBACK``, the call is made again through Dask (``redo()``), and that answer counts."""
+
+    __slots__ = ("_conn", "_rid", "_redo", "_reply", "_fallback", "__weakref__")
+
+    def __init__(self, conn: LaneConnection, rid: int, redo: Callable[[], Any]) -> None:
+        self._conn = conn
+        self._rid = rid
+        self._redo = redo
+        self._reply: tuple[int, bytes] | None = None
+        self._fallback: Any = None
+
+    def done(self) -> bool:
+        if self._fallback is not None:
+            return bool(self._fallback.done())
+        if self._reply is not None:
+            return True
+        try:
+            self._take(time.monotonic())
+        except TimeoutError:
+            return False
+        return True
+
+    def result(self, timeout: float | None = None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._fallback is None:
+            self._take(deadline)
+        if self._fallback is not None:
+            return self._fallback.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        status, body = self._reply  # type: ignore[misc]
+        if status == OK:
+            return pickle.loads(body)
+        raise pickle.loads(body)
+
+    def _take(self, deadline: float | None) -> None:
+        """Read the reply (or start the fallback) unless done already; ``TimeoutError``."""
+        if self._reply is not None or self._fallback is not None:
+            return
+        try:
+            reply = self._conn.wait(self._rid, deadline)
+        except LaneBroken as e:
+            logger.debug("lane call %d goes through Dask: %s", self._rid, e)
+            self._fallback = self._redo()
+            return
+        if reply[0] not in (OK, ERROR):
+            self._fallback = self._redo()
+            return
+        self._reply = reply
+
+    def __del__(self) -> None:
+        if self._reply is None and self._fallback is None:
+            try:
+                self._conn.forget(self._rid)
+            except Exception:  # at interpreter exit
+                pass
+
+
+class LaneClient:
+    """A handle's lane: found through one Dask call (``discover()``, returning a concurrent
+    future of the actor's ``lane_endpoint``), connected on the first call after that
+    answer, given up for good if anything fails. Thread-safe."""
+
+    def __init__(self, discover: Callable[[], Any]) -> None:
+        self._discover = discover
+        self._lock = threading.Lock()
+        self._finding: Any = None
+        self._conn: LaneConnection | None = None
+        self._off = False
+        self._pid = os.getpid()
+
+    def connection(self) -> LaneConnection | None:
+        """The connection to use now, or None (not known yet, or no lane: use Dask)."""
+        conn = self._conn
+        if conn is not None and conn.broken is None and conn.pid == self._pid == os.getpid():
+            return conn
+        if self._off:
+            return None
+        with self._lock:
+            return self._advance()
+
+    def _advance(self) -> LaneConnection | None:
+        if os.getpid() != self._pid:
+            self._off = True  # a forked child: its parent's lane is not its own
+            return None
+        if self._conn is not None:  # broken
+            self._give_up(f"lane broken: {self._conn.broken}")
+            return None
+        if self._finding is None:
+            try:
+                self._finding = self._discover()
+            except Exception as e:
+                self._give_up(f"no lane endpoint: {e}")
+            return None
+        if not self._finding.done():
+            return None
+        try:
+            endpoint = self._finding.result(0)
+        except BaseException as e:
+            self._give_up(f"no lane endpoint: {type(e).__name__}: {e}")
+            return None
+        if endpoint is None:
+            self._give_up("the actor serves no lane")
+            return None
+        host, port, secret = endpoint
+        try:
+            self._conn = LaneConnection(host, port, secret)
+        except OSError as e:
+            self._give_up(f"cannot connect to the lane at {host}:{port}: {e}")
+            return None
+        return self._conn
+
+    def _give_up(self, why: str) -> None:
+        logger.debug("queue calls go through Dask: %s", why)
+        self._off = True
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        """Close the connection; later calls go through Dask."""
+        with self._lock:
+            self._off = True
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
