@@ -109,6 +109,12 @@ class DirectActor(Actor):
                     self._execute("lane_endpoint", (self.key,), {}), loop)))
         return self._lane
 
+    def lane_peer(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the actor's lane this handle's puts and polls use now, or None
+        (they go through Dask)."""
+        lane = self.__dict__.get("_lane")
+        return None if lane is None else lane.peer()
+
     def close_lane(self) -> None:
         """Close this handle's lane socket, if any (the pool releases the handle); later
         calls go through Dask."""

@@ -119,6 +119,7 @@ class LaneConnection:
             self._sock.close()
             raise
         self._fd = self._sock.fileno()
+        self.peer: tuple[str, int] = (host, port)
         self.pid = os.getpid()
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
@@ -407,6 +408,13 @@ class LaneClient:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+    def peer(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the lane server this client uses now (None: calls go through Dask)."""
+        conn = self._conn
+        if conn is None or conn.broken is not None or self._off:
+            return None
+        return conn.peer
 
     def close(self) -> None:
         """Close the connection; later calls go through Dask."""
