@@ -72,41 +72,61 @@ class DirectActor(Actor):
         return super()._worker_rpc
 
     def __getattr__(self, key: str) -> Any:
+        if key in METHOD_CODES:
+            conn = self._lane_now()
+            if conn is not None:
+                return self._on_lane(key, conn)
         if key.startswith("_") or not callable(getattr(self._cls, key, None)) or not self._from_client_thread():
             return super().__getattr__(key)
         if self._future is not None and self._future.status not in ("finished", "pending"):
             raise RuntimeError(f"Worker holding Actor was lost.  Status: {self._future.status}")
-        loop = self._client.loop.asyncio_loop
-
-        def call(*args: Any, **kwargs: Any) -> CallFuture:
-            return CallFuture(asyncio.run_coroutine_threadsafe(self._execute(key, args, kwargs), loop))
-
         if key in METHOD_CODES:
             lane = self._lane_client()
             conn = lane.connection() if lane is not None else None
             if conn is not None:
-                def call_on_lane(*args: Any, **kwargs: Any) -> Any:
-                    if kwargs or (key == "put_batch" and len(args[0]) > LANE_MAX_PUT_BYTES):
-                        return call(*args, **kwargs)
-                    try:
-                        rid = conn.send(key, args)
-                    except OSError:  # not sent (LaneBroken): through Dask
-                        rid = None
-                    if rid is None:
-                        return call(*args)
-                    return LaneFuture(conn, rid, lambda: call(*args))
+                return self._on_lane(key, conn)
 
-                return call_on_lane
+        def call(*args: Any, **kwargs: Any) -> CallFuture:
+            return self._call_through_dask(key, args, kwargs)
+
         return call
+
+    def _call_through_dask(self, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallFuture:
+        loop = self._client.loop.asyncio_loop
+        return CallFuture(asyncio.run_coroutine_threadsafe(self._execute(key, args, kwargs), loop))
+
+    def _lane_now(self) -> Any:
+        """The lane connection to use for a call from this thread now, or None: the short
+        path of ``__getattr__`` (a lane exists only once a call was found to be from a
+        synchronous client's thread; an event loop's thread never uses it)."""
+        lane = self.__dict__.get("_lane")
+        if lane is None or asyncio._get_running_loop() is not None:
+            return None
+        if self._future is not None and self._future.status not in ("finished", "pending"):
+            return None  # lost: the long path says so
+        return lane.connection()
+
+    def _on_lane(self, key: str, conn: Any) -> Any:
+        """Method ``key`` called on the lane (through Dask where the lane cannot carry it)."""
+        def call_on_lane(*args: Any, **kwargs: Any) -> Any:
+            if kwargs or (key == "put_batch" and len(args[0]) > LANE_MAX_PUT_BYTES):
+                return self._call_through_dask(key, args, kwargs)
+            try:
+                rid = conn.send(key, args, hold=key == "put_batch")  # out with its poll
+            except OSError:  # not sent (LaneBroken): through Dask
+                rid = None
+            if rid is None:
+                return self._call_through_dask(key, args, {})
+            return LaneFuture(conn, rid, lambda: self._call_through_dask(key, args, {}))
+
+        return call_on_lane
 
     def _lane_client(self) -> LaneClient | None:
         """This handle's lane (None where none may be used: see ``lane_allowed``)."""
         if not self._lane_checked:
             self._lane_checked = True
             if getattr(self._cls, "lane_endpoint", None) is not None and lane_allowed(self._client, self._address):
-                loop = self._client.loop.asyncio_loop
-                self._lane = LaneClient(lambda: CallFuture(asyncio.run_coroutine_threadsafe(
-                    self._execute("lane_endpoint", (self.key,), {}), loop)))
+                self._lane = LaneClient(lambda: self._call_through_dask("lane_endpoint", (self.key,), {}))
         return self._lane
 
     def lane_peer(self) -> tuple[str, int] | None:

@@ -127,16 +127,23 @@ class LaneConnection:
         self._reading = False
         self._replies: dict[int, tuple[int, bytes]] = {}
         self._unwanted: set[int] = set()
+        self._held: list[bytes] = []  # requests held back (see send), under _send_lock
         self._buf = bytearray()
         #: Why the connection is unusable (None while it serves).
         self.broken: BaseException | None = None
 
     # -- sending ----------------------------------------------------------------------------
 
-    def send(self, method: str, args: tuple[Any, ...]) -> int | None:
+    def send(self, method: str, args: tuple[Any, ...], *, hold: bool = False) -> int | None:
         """Send a request; its id, or None if its arguments have no lane encoding. Raises
         :class:`LaneBroken` if the request did not go out whole (then it went nowhere: the
-        actor's side reads only whole frames, and the connection is closed)."""
+        actor's side reads only whole frames, and the connection is closed).
+
+        ``hold``: keep the request back until the next send on this connection or the next
+        wait for a reply on it (:meth:`flush`), whichever comes first: a put and the outcome
+        poll that follows it then go out in one write (one wake-up of the actor's worker,
+        one send, ~0.2 ms on a loaded machine), and a put nobody polls after goes out when
+        its answer is waited for."""
         if self.broken is not None:
             raise LaneBroken(f"lane broken: {self.broken}")
         with self._send_lock:
@@ -144,12 +151,32 @@ class LaneConnection:
             frame = encode_request(rid, METHOD_CODES[method], args)
             if frame is None:
                 return None
+            if hold:
+                self._held.append(frame)
+                return rid
+            if self._held:
+                self._held.append(frame)
+                frame = b"".join(self._held)
+                self._held.clear()
             try:
                 self._send_all(frame)
             except OSError as e:
                 self._break(e)
                 raise LaneBroken(f"lane send failed: {e}") from e
         return rid
+
+    def flush(self) -> None:
+        """Send the requests held back (see :meth:`send`); a failure breaks the connection
+        (their waiters then go through Dask)."""
+        with self._send_lock:
+            if not self._held or self.broken is not None:
+                return
+            data = b"".join(self._held)
+            self._held.clear()
+            try:
+                self._send_all(data)
+            except OSError as e:
+                self._break(e)
 
     def _send_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -173,6 +200,8 @@ class LaneConnection:
         """``(status, body)`` of request ``rid``, by monotonic ``deadline`` (None: no limit;
         the caller's ``now``: only what has arrived) else builtin ``TimeoutError``; raises
         :class:`LaneBroken` once the connection failed or the actor said goodbye."""
+        if self._held:
+            self.flush()
         with self._cond:
             while True:
                 reply = self._replies.pop(rid, None)
