@@ -261,7 +261,7 @@ class LaneConnection:
             if frames:
                 return frames
             try:
-                chunk = self._sock.recv(1 << 16)
+                chunk = self._sock.recv(max(1 << 16, _missing(buf)))
             except (BlockingIOError, InterruptedError):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -300,18 +300,27 @@ def _wait_fd(fd: int, events: int, timeout_s: float | None) -> None:
     poller.poll(None if timeout_s is None else max(0, int(timeout_s * 1000) + 1))
 
 
+def _missing(buf: bytearray) -> int:
+    """How many bytes the frame at the front of ``buf`` still lacks (0: unknown or none),
+    so that a big answer is read in a few large reads."""
+    if len(buf) < HEADER.size:
+        return 0
+    return HEADER.size + HEADER.unpack_from(buf)[0] - len(buf)
+
+
 def _split_frames(buf: bytearray) -> list[tuple[int, int, bytes]]:
     """Cut the whole frames off the front of ``buf``."""
     frames = []
     pos, size, head = 0, len(buf), HEADER.size
-    while size - pos >= head:
-        length, rid, status = HEADER.unpack_from(buf, pos)
-        if length > MAX_FRAME_BYTES:
-            raise ConnectionResetError(errno.EPROTO, f"lane frame of {length} bytes")
-        if size - pos - head < length:
-            break
-        frames.append((rid, status, bytes(buf[pos + head : pos + head + length])))
-        pos += head + length
+    with memoryview(buf) as view:  # one copy per body (a bytearray slice would make two)
+        while size - pos >= head:
+            length, rid, status = HEADER.unpack_from(buf, pos)
+            if length > MAX_FRAME_BYTES:
+                raise ConnectionResetError(errno.EPROTO, f"lane frame of {length} bytes")
+            if size - pos - head < length:
+                break
+            frames.append((rid, status, bytes(view[pos + head : pos + head + length])))
+            pos += head + length
     if pos:
         del buf[:pos]
     return frames
