@@ -266,3 +266,22 @@ def test_a_killed_consumer_worker_loses_no_message_waited_on_over_the_lane(clust
     assert qp.queues[0].lane_peer() is not None  # the queue's worker lives: still on the lane
     cp.close()
     qp.close()
+
+
+@pytest.mark.timeout(120)
+def test_closing_the_pool_ends_a_wait_on_the_lane_at_once(pools):
+    from daskqueue.errors import DaskQueueError
+
+    qp = pools.queue(1)
+    cp = pools.consumer(qp, n_consumers=1, isolation="thread")
+    cp.start()
+    _lane_up(qp, cp)
+    task_id = qp.submit(tasks.sleep_then, 1, 60)
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        waiting = ex.submit(cp.result, task_id)
+        time.sleep(0.3)  # waiting on the lane (no condition to watch: the wait is the call)
+        started = time.monotonic()
+        qp.close()
+        with pytest.raises(DaskQueueError):
+            waiting.result(timeout=30)
+        assert time.monotonic() - started < 10

@@ -289,9 +289,19 @@ class LaneConnection:
         self._break(LaneBroken("closed"))
         if os.getpid() == self.pid:
             try:
-                self._sock.close()
+                # Wakes a reader blocked in poll() on it (close alone would not), which then
+                # finds the connection broken.
+                self._sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            self._sock.close()
+
+    def __del__(self) -> None:  # a handle dropped without its pool's close (an attached one)
+        try:
+            if os.getpid() == self.pid:
+                self._sock.close()
+        except Exception:  # at interpreter exit
+            pass
 
 
 def _wait_fd(fd: int, events: int, timeout_s: float | None) -> None:
