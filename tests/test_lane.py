@@ -170,6 +170,27 @@ def test_an_actor_that_stops_its_lane_sends_calls_in_flight_through_dask_once(po
 
 
 @pytest.mark.timeout(120)
+def test_a_connection_cut_without_goodbye_sends_calls_in_flight_through_dask_once(pools, client):
+    qp = pools.queue(1)
+    cp = pools.consumer(qp, n_consumers=1, isolation="thread")
+    cp.start()
+    _lane_up(qp, cp)
+    put_before = qp.stats()[0].total_put
+
+    def cut(dask_worker):  # as a reset on the network would: no goodbye
+        for a in dask_worker.state.actors.values():
+            server = getattr(a, "_lane_server", None)
+            for conn in list(server.connections) if server is not None else ():
+                conn._transport.abort()
+
+    task_id = qp.submit(tasks.sleep_then, 8, 0.5)  # its outcome poll waits on the lane now
+    client.run(cut)
+    assert cp.result(task_id, timeout=60) == 8
+    assert [cp.result(qp.submit(tasks.double, i), timeout=30) for i in range(3)] == [0, 2, 4]
+    assert qp.stats()[0].total_put - put_before == 4
+
+
+@pytest.mark.timeout(120)
 def test_closing_the_pool_closes_the_lane_on_both_sides(pools, client):
     qp = pools.queue(1)
     cp = pools.consumer(qp, n_consumers=1, isolation="thread")
