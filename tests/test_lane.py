@@ -306,3 +306,28 @@ def test_closing_the_pool_ends_a_wait_on_the_lane_at_once(pools):
         with pytest.raises(DaskQueueError):
             waiting.result(timeout=30)
         assert time.monotonic() - started < 10
+
+
+@pytest.mark.timeout(120)
+def test_a_forked_child_never_uses_its_parents_lane(pools):
+    import os
+
+    qp = pools.queue(1)
+    cp = pools.consumer(qp, n_consumers=1, isolation="thread")
+    cp.start()
+    peer = _lane_up(qp, cp)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: look, answer, leave without running any cleanup
+        try:
+            os.write(w, b"1" if qp.queues[0].lane_peer() is None else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        assert os.read(r, 1) == b"1"
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    assert cp.result(qp.submit(tasks.double, 4), timeout=30) == 8
+    assert qp.queues[0].lane_peer() == peer

@@ -199,8 +199,8 @@ class LaneClient:
     def peer(self) -> tuple[str, int] | None:
         """``(host, port)`` of the lane server this client uses now (None: calls go through Dask)."""
         conn = self._conn
-        if conn is None or conn.broken is not None or self._off:
-            return None
+        if conn is None or conn.broken is not None or self._off or os.getpid() != self._pid:
+            return None  # (a forked child: its parent's lane is not its own)
         return conn.peer
 
     def close(self) -> None:
