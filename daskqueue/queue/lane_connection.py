@@ -54,7 +54,9 @@ class LaneConnection:
         self.pid = os.getpid()
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
-        self._cond = threading.Condition(threading.Lock())
+        # Re-entrant: a LaneFuture collected by the garbage collector while this thread holds
+        # it calls forget().
+        self._cond = threading.Condition(threading.RLock())
         self._reading = False
         self._replies: dict[int, tuple[int, bytes]] = {}
         self._unwanted: set[int] = set()
