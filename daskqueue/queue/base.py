@@ -15,7 +15,9 @@ per job, each a mixin of :class:`QueueActorBase`:
 * :mod:`~daskqueue.queue.handoff`: handing the whole state to a successor, in two phases;
 * :mod:`~daskqueue.queue.outbox`: results and dead letters for the client, dead-letter admin;
 * :mod:`~daskqueue.queue.functions`: the function table (``get_functions``) and its sweep;
-* :mod:`~daskqueue.queue.gate`: pausing the queue for work off the loop.
+* :mod:`~daskqueue.queue.gate`: pausing the queue for work off the loop;
+* :mod:`~daskqueue.queue.lane_server`: the lane, a synchronous client's puts and outcome
+  polls on a socket of their own (started on a client's first ask, stopped on close).
 
 Why mixins, not owner objects: Dask calls an actor's methods by name on the actor's class, and
 a durable queue overrides storage hooks (``_after_change``, ``_add_result``,
