@@ -15,6 +15,8 @@ from distributed.actor import Actor
 from distributed.protocol import to_serialize
 
 from daskqueue.errors import QueueClosedError
+from daskqueue.queue.lane import LANE_MAX_PUT_BYTES, LaneClient, LaneFuture, lane_allowed
+from daskqueue.queue.lane_wire import METHOD_CODES
 
 __all__ = ["DirectActor", "WorkerActor"]
 
@@ -50,10 +52,18 @@ class DirectActor(Actor):
     """An ``Actor`` handle whose calls from a client go straight to the actor's worker.
 
     Called from a synchronous client's own thread (not its event loop), a method returns
-    a :class:`CallFuture`; otherwise (an asynchronous client, on a worker, in the loop) it
-    behaves exactly like ``Actor`` (workers always call each other directly). It pickles
-    as a plain ``Actor``.
+    a :class:`CallFuture`, or for a put or an outcome poll a
+    :class:`~daskqueue.queue.lane.LaneFuture` once the actor's lane is known (see
+    :mod:`daskqueue.queue.lane`: the call is written and read by the calling thread, and
+    made through Dask again if the lane fails); otherwise (an asynchronous client, on a
+    worker, in the loop) it behaves exactly like ``Actor`` (workers always call each other
+    directly). It pickles as a plain ``Actor``, never with its lane.
     """
+
+    def __init__(self, cls: type, address: str, key: str, worker: Any = None) -> None:
+        super().__init__(cls, address, key, worker)
+        self._lane: LaneClient | None = None
+        self._lane_checked = False
 
     @property
     def _worker_rpc(self) -> Any:
@@ -62,16 +72,75 @@ class DirectActor(Actor):
         return super()._worker_rpc
 
     def __getattr__(self, key: str) -> Any:
+        if key in METHOD_CODES:
+            conn = self._lane_now()
+            if conn is not None:
+                return self._on_lane(key, conn)
         if key.startswith("_") or not callable(getattr(self._cls, key, None)) or not self._from_client_thread():
             return super().__getattr__(key)
         if self._future is not None and self._future.status not in ("finished", "pending"):
             raise RuntimeError(f"Worker holding Actor was lost.  Status: {self._future.status}")
-        loop = self._client.loop.asyncio_loop
+        if key in METHOD_CODES:
+            lane = self._lane_client()
+            conn = lane.connection() if lane is not None else None
+            if conn is not None:
+                return self._on_lane(key, conn)
 
         def call(*args: Any, **kwargs: Any) -> CallFuture:
-            return CallFuture(asyncio.run_coroutine_threadsafe(self._execute(key, args, kwargs), loop))
+            return self._call_through_dask(key, args, kwargs)
 
         return call
+
+    def _call_through_dask(self, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallFuture:
+        loop = self._client.loop.asyncio_loop
+        return CallFuture(asyncio.run_coroutine_threadsafe(self._execute(key, args, kwargs), loop))
+
+    def _lane_now(self) -> Any:
+        """The lane connection to use for a call from this thread now, or None: the short
+        path of ``__getattr__`` (a lane exists only once a call was found to be from a
+        synchronous client's thread; an event loop's thread never uses it)."""
+        lane = self.__dict__.get("_lane")
+        if lane is None or asyncio._get_running_loop() is not None:
+            return None
+        if self._future is not None and self._future.status not in ("finished", "pending"):
+            return None  # lost: the long path says so
+        return lane.connection()
+
+    def _on_lane(self, key: str, conn: Any) -> Any:
+        """Method ``key`` called on the lane (through Dask where the lane cannot carry it)."""
+        def call_on_lane(*args: Any, **kwargs: Any) -> Any:
+            if kwargs or (key == "put_batch" and len(args[0]) > LANE_MAX_PUT_BYTES):
+                return self._call_through_dask(key, args, kwargs)
+            try:
+                rid = conn.send(key, args, hold=key == "put_batch")  # out with its poll
+            except OSError:  # not sent (LaneBroken): through Dask
+                rid = None
+            if rid is None:
+                return self._call_through_dask(key, args, {})
+            return LaneFuture(conn, rid, lambda: self._call_through_dask(key, args, {}))
+
+        return call_on_lane
+
+    def _lane_client(self) -> LaneClient | None:
+        """This handle's lane (None where none may be used: see ``lane_allowed``)."""
+        if not self._lane_checked:
+            self._lane_checked = True
+            if getattr(self._cls, "lane_endpoint", None) is not None and lane_allowed(self._client, self._address):
+                self._lane = LaneClient(lambda: self._call_through_dask("lane_endpoint", (self.key,), {}))
+        return self._lane
+
+    def lane_peer(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the actor's lane this handle's puts and polls use now, or None
+        (they go through Dask)."""
+        lane = self.__dict__.get("_lane")
+        return None if lane is None else lane.peer()
+
+    def close_lane(self) -> None:
+        """Close this handle's lane socket, if any (the pool releases the handle); later
+        calls go through Dask."""
+        lane = self.__dict__.get("_lane")
+        if lane is not None:
+            lane.close()
 
     def _from_client_thread(self) -> bool:
         """Whether calls are made from a synchronous client's thread, not its loop."""

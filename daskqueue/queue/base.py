@@ -15,7 +15,9 @@ per job, each a mixin of :class:`QueueActorBase`:
 * :mod:`~daskqueue.queue.handoff`: handing the whole state to a successor, in two phases;
 * :mod:`~daskqueue.queue.outbox`: results and dead letters for the client, dead-letter admin;
 * :mod:`~daskqueue.queue.functions`: the function table (``get_functions``) and its sweep;
-* :mod:`~daskqueue.queue.gate`: pausing the queue for work off the loop.
+* :mod:`~daskqueue.queue.gate`: pausing the queue for work off the loop;
+* :mod:`~daskqueue.queue.lane_server`: the lane, a synchronous client's puts and outcome
+  polls on a socket of their own (started on a client's first ask, stopped on close).
 
 Why mixins, not owner objects: Dask calls an actor's methods by name on the actor's class, and
 a durable queue overrides storage hooks (``_after_change``, ``_add_result``,
@@ -54,6 +56,7 @@ from daskqueue.errors import (
 from daskqueue.queue.core import Chunk, QueueCore, Settlement
 from daskqueue.queue.functions import FunctionsMixin, FunctionTable
 from daskqueue.queue.gate import GateMixin
+from daskqueue.queue.lane_server import LaneMixin
 from daskqueue.queue.handoff import HandoffMixin
 from daskqueue.queue.leasing import LeasingMixin
 from daskqueue.queue.moving import FENCE_CHECK_S, MovingMixin
@@ -108,7 +111,7 @@ class QueueStats:
 
 
 class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, PeersMixin, SweeperMixin, FunctionsMixin,
-                     GateMixin):
+                     GateMixin, LaneMixin):
     """Shared shell of the queue actors; see :class:`TransientQueue` for the public contract."""
 
     kind = "base"
@@ -442,6 +445,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
             self._notify_outcomes()
         await self._stop_sweeper()
         await self._unpaused()  # a compaction run by compact() still owns the storage
+        await self._stop_lane()  # last: calls it carried were answered or refused above
 
 
 def _payload_of(g: Any) -> ChunkPayload:

@@ -92,6 +92,9 @@ def free_actor(future: Any, handle: Any) -> None:
     one its client-side handle holds (a handle caught in a reference cycle would otherwise
     hold the key until the next garbage collection, and its worker could not retire)."""
     future.release()
+    close_lane = getattr(type(handle), "close_lane", None)  # its socket to the actor's lane
+    if close_lane is not None:
+        close_lane(handle)
     own = getattr(handle, "_future", None)
     if own is not None:
         own.release()

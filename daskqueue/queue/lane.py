@@ -1,0 +1,212 @@
+"""The lane: a synchronous client's small calls to a queue actor over a plain socket of
+its own, read and written by the calling thread.
+
+Why: after an idle gap, a Dask actor call from a client's thread costs ~2-3 ms on this
+machine, most of it Python code of Dask's comm stack (a hop to the client's event loop,
+msgpack and frames, the worker's handler dispatch and ``actor_execute``) and thread
+hand-overs; a raw TCP round trip between two processes costs 0.16 ms. A task's
+``submit`` -> ``result`` makes two such calls (the put, the outcome poll). The lane carries
+exactly those two methods (:data:`~daskqueue.queue.lane_wire.METHODS`) from the caller's
+thread to a small asyncio server the queue actor runs on its worker's event loop
+(:mod:`daskqueue.queue.lane_server`); everything else goes through Dask as before.
+
+When (:func:`lane_allowed`): a synchronous client, calling from its own thread, plain
+``tcp://`` addresses, no TLS required by its ``Security``, and the Dask config key
+``daskqueue.lane`` true (the default; ``False`` on the client or the workers means no
+listening socket is ever opened). Anything else (tls, inproc, ucx, an asynchronous client,
+calls from a worker) goes through Dask, silently.
+
+Contracts:
+
+* Every read has a deadline (the caller's ``result(timeout)``); a lane that fails (the
+  connection breaks, a malformed frame, the actor's goodbye) makes each call in flight on
+  it again through Dask (:class:`LaneFuture`): both methods are safe to send twice (a put
+  carries its token, a fetch is read-only below its cursors), so no message is lost or
+  stored twice, and a dead worker gives the errors Dask's calls give. A handle whose lane
+  failed stays on Dask.
+* Thread-safe: one connection per handle, sends under a lock; one thread at a time reads
+  and files the replies for the others (:class:`LaneConnection`).
+* Fork-safe: a connection made by another process is never used (the pid is checked).
+* Nothing outlives its owner: :meth:`LaneClient.close` (the pool releasing the handle)
+  closes the socket; a handle that pickles never carries one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import threading
+import time
+from typing import Any, Callable
+
+from daskqueue.queue.lane_connection import LaneBroken, LaneConnection
+from daskqueue.queue.lane_wire import ERROR, OK
+
+__all__ = ["LaneClient", "LaneConnection", "LaneFuture", "LaneBroken", "lane_allowed", "lane_enabled",
+           "LANE_MAX_PUT_BYTES"]
+
+logger = logging.getLogger("daskqueue")
+
+#: A put blob larger than this goes through Dask (a ``map``'s batches: the lane is for the
+#: small sends whose latency matters; big blobs are sent by Dask's loop while the caller
+#: encodes the next one).
+LANE_MAX_PUT_BYTES = 64 * 1024
+
+
+def lane_enabled() -> bool:
+    """The Dask config key ``daskqueue.lane`` (default True)."""
+    import dask
+
+    return bool(dask.config.get("daskqueue.lane", True))
+
+
+def lane_allowed(client: Any, address: str) -> bool:
+    """Whether calls of ``client`` (synchronous, from its own thread) to an actor at
+    ``address`` may use a lane (see the module docstring)."""
+    if client is None or client.asynchronous or not address.startswith("tcp://"):
+        return False
+    security = getattr(client, "security", None)
+    if security is not None and getattr(security, "require_encryption", False):
+        return False
+    scheduler = getattr(getattr(client, "scheduler", None), "address", "") or ""
+    if scheduler and not scheduler.startswith("tcp://"):
+        return False
+    return lane_enabled()
+
+
+class LaneFuture:
+    """A call sent on a lane: ``result(timeout)`` and ``done()`` as on a
+    :class:`~daskqueue.queue.actor_handles.CallFuture` (a timeout raises the builtin
+    ``TimeoutError`` and leaves the call in flight). If the lane fails, or the actor answers
+    ``FALLBACK``, the call is made again through Dask (``redo()``), and that answer counts."""
+
+    __slots__ = ("_conn", "_rid", "_redo", "_reply", "_fallback", "__weakref__")
+
+    def __init__(self, conn: LaneConnection, rid: int, redo: Callable[[], Any]) -> None:
+        self._conn = conn
+        self._rid = rid
+        self._redo = redo
+        self._reply: tuple[int, bytes] | None = None
+        self._fallback: Any = None
+
+    def done(self) -> bool:
+        if self._fallback is not None:
+            return bool(self._fallback.done())
+        if self._reply is not None:
+            return True
+        try:
+            self._take(time.monotonic())
+        except TimeoutError:
+            return False
+        return True
+
+    def result(self, timeout: float | None = None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._fallback is None:
+            self._take(deadline)
+        if self._fallback is not None:
+            return self._fallback.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        status, body = self._reply  # type: ignore[misc]
+        if status == OK:
+            return pickle.loads(body)
+        raise pickle.loads(body)
+
+    def _take(self, deadline: float | None) -> None:
+        """Read the reply (or start the fallback) unless done already; ``TimeoutError``."""
+        if self._reply is not None or self._fallback is not None:
+            return
+        try:
+            reply = self._conn.wait(self._rid, deadline)
+        except LaneBroken as e:
+            logger.debug("lane call %d goes through Dask: %s", self._rid, e)
+            self._fallback = self._redo()
+            return
+        if reply[0] not in (OK, ERROR):
+            self._fallback = self._redo()
+            return
+        self._reply = reply
+
+    def __del__(self) -> None:
+        if self._reply is None and self._fallback is None:
+            try:
+                self._conn.forget(self._rid)
+            except Exception:  # at interpreter exit
+                pass
+
+
+class LaneClient:
+    """A handle's lane: found through one Dask call (``discover()``, returning a concurrent
+    future of the actor's ``lane_endpoint``), connected on the first call after that
+    answer, given up for good if anything fails. Thread-safe."""
+
+    def __init__(self, discover: Callable[[], Any]) -> None:
+        self._discover = discover
+        self._lock = threading.Lock()
+        self._finding: Any = None
+        self._conn: LaneConnection | None = None
+        self._off = False
+        self._pid = os.getpid()
+
+    def connection(self) -> LaneConnection | None:
+        """The connection to use now, or None (not known yet, or no lane: use Dask)."""
+        conn = self._conn
+        if conn is not None and conn.broken is None and conn.pid == self._pid == os.getpid():
+            return conn
+        if self._off:
+            return None
+        with self._lock:
+            return self._advance()
+
+    def _advance(self) -> LaneConnection | None:
+        if os.getpid() != self._pid:
+            self._off = True  # a forked child: its parent's lane is not its own
+            return None
+        if self._conn is not None:  # broken
+            self._give_up(f"lane broken: {self._conn.broken}")
+            return None
+        if self._finding is None:
+            try:
+                self._finding = self._discover()
+            except Exception as e:
+                self._give_up(f"no lane endpoint: {e}")
+            return None
+        if not self._finding.done():
+            return None
+        try:
+            endpoint = self._finding.result(0)
+        except BaseException as e:
+            self._give_up(f"no lane endpoint: {type(e).__name__}: {e}")
+            return None
+        if endpoint is None:
+            self._give_up("the actor serves no lane")
+            return None
+        host, port, secret = endpoint
+        try:
+            self._conn = LaneConnection(host, port, secret)
+        except OSError as e:
+            self._give_up(f"cannot connect to the lane at {host}:{port}: {e}")
+            return None
+        return self._conn
+
+    def _give_up(self, why: str) -> None:
+        logger.debug("queue calls go through Dask: %s", why)
+        self._off = True
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def peer(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the lane server this client uses now (None: calls go through Dask)."""
+        conn = self._conn
+        if conn is None or conn.broken is not None or self._off or os.getpid() != self._pid:
+            return None  # (a forked child: its parent's lane is not its own)
+        return conn.peer
+
+    def close(self) -> None:
+        """Close the connection; later calls go through Dask."""
+        with self._lock:
+            self._off = True
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()

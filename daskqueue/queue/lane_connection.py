@@ -1,0 +1,269 @@
+"""One socket to one queue actor's lane server (:mod:`daskqueue.queue.lane`), shared by the
+threads of a client: requests out, replies back to whichever thread waits for them, every
+read and write with a deadline. Nothing here imports Dask.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+from daskqueue.queue.lane_wire import FALLBACK, GOODBYE_ID, HEADER, HELLO, MAX_FRAME_BYTES, METHOD_CODES, encode_request
+
+__all__ = ["LaneConnection", "LaneBroken", "CONNECT_TIMEOUT_S", "SEND_TIMEOUT_S"]
+
+#: How long the first connect to an actor's lane may take before the handle gives up on it.
+CONNECT_TIMEOUT_S = 2.0
+
+#: How long a send may wait for room in the socket's buffer before the lane is given up.
+SEND_TIMEOUT_S = 5.0
+
+_POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
+_POLL_OUT = select.POLLOUT | select.POLLERR | select.POLLHUP
+
+
+class LaneBroken(OSError):
+    """The lane cannot carry a call (internal: the call goes through Dask)."""
+
+
+class LaneConnection:
+    """One socket to one actor's lane server; thread-safe (see the module docstring).
+
+    Sends take ``_send_lock``. Replies are read by one thread at a time (``_reading``, under
+    ``_cond``), which files replies for other requests in ``_replies`` and wakes their
+    waiters; a waiter whose reply is not filed becomes the reader when the reader leaves.
+    """
+
+    def __init__(self, host: str, port: int, secret: bytes, *, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
+        try:
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock.sendall(HELLO + secret)
+            self._sock.setblocking(False)
+        except BaseException:
+            self._sock.close()
+            raise
+        self._fd = self._sock.fileno()
+        self.peer: tuple[str, int] = (host, port)
+        self.pid = os.getpid()
+        self._ids = itertools.count(1)
+        self._send_lock = threading.Lock()
+        # Re-entrant: a LaneFuture collected by the garbage collector while this thread holds
+        # it calls forget().
+        self._cond = threading.Condition(threading.RLock())
+        self._reading = False
+        self._replies: dict[int, tuple[int, bytes]] = {}
+        self._unwanted: set[int] = set()
+        self._held: list[bytes] = []  # requests held back (see send), under _send_lock
+        self._buf = bytearray()
+        #: Why the connection is unusable (None while it serves).
+        self.broken: BaseException | None = None
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def send(self, method: str, args: tuple[Any, ...], *, hold: bool = False) -> int | None:
+        """Send a request; its id, or None if its arguments have no lane encoding. Raises
+        :class:`LaneBroken` if the request did not go out whole (then it went nowhere: the
+        actor's side reads only whole frames, and the connection is closed).
+
+        ``hold``: keep the request back until the next send on this connection or the next
+        wait for a reply on it (:meth:`flush`), whichever comes first: a put and the outcome
+        poll that follows it then go out in one write (one wake-up of the actor's worker,
+        one send, ~0.2 ms on a loaded machine), and a put nobody polls after goes out when
+        its answer is waited for."""
+        if self.broken is not None:
+            raise LaneBroken(f"lane broken: {self.broken}")
+        with self._send_lock:
+            rid = next(self._ids) & 0xFFFFFFFF or next(self._ids)
+            frame = encode_request(rid, METHOD_CODES[method], args)
+            if frame is None:
+                return None
+            if hold:
+                self._held.append(frame)
+                return rid
+            if self._held:
+                self._held.append(frame)
+                frame = b"".join(self._held)
+                self._held.clear()
+            try:
+                self._send_all(frame)
+            except OSError as e:
+                self._break(e)
+                raise LaneBroken(f"lane send failed: {e}") from e
+        return rid
+
+    def flush(self) -> None:
+        """Send the requests held back (see :meth:`send`); a failure breaks the connection
+        (their waiters then go through Dask)."""
+        with self._send_lock:
+            if not self._held or self.broken is not None:
+                return
+            data = b"".join(self._held)
+            self._held.clear()
+            try:
+                self._send_all(data)
+            except OSError as e:
+                self._break(e)
+
+    def _send_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        deadline = None
+        while view:
+            try:
+                n = self._sock.send(view)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            view = view[n:]
+            if view:
+                now = time.monotonic()
+                deadline = deadline or now + SEND_TIMEOUT_S
+                if now >= deadline:
+                    raise TimeoutError("lane send: the actor's side reads nothing")
+                _wait_fd(self._fd, _POLL_OUT, deadline - now)
+
+    # -- replies ----------------------------------------------------------------------------
+
+    def wait(self, rid: int, deadline: float | None) -> tuple[int, bytes]:
+        """``(status, body)`` of request ``rid``, by monotonic ``deadline`` (None: no limit;
+        the caller's ``now``: only what has arrived) else builtin ``TimeoutError``; raises
+        :class:`LaneBroken` once the connection failed or the actor said goodbye."""
+        if self._held:
+            self.flush()
+        with self._cond:
+            while True:
+                reply = self._replies.pop(rid, None)
+                if reply is not None:
+                    return reply
+                if self.broken is not None:
+                    raise LaneBroken(f"lane broken: {self.broken}")
+                if not self._reading:
+                    self._reading = True
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError("lane: no reply yet")
+                self._cond.wait(left)
+        try:
+            while True:
+                frames = self._read_frames(deadline)
+                mine = None
+                with self._cond:
+                    for frid, status, body in frames:
+                        if frid == GOODBYE_ID and status == FALLBACK:
+                            self._break_locked(LaneBroken("the actor closed its lane"))
+                        elif frid == rid:
+                            mine = (status, body)
+                        elif frid in self._unwanted:
+                            self._unwanted.discard(frid)
+                        else:
+                            self._replies[frid] = (status, body)
+                    if mine is not None:
+                        return mine
+                    if self.broken is not None:
+                        raise LaneBroken(f"lane broken: {self.broken}")
+        except TimeoutError:  # an OSError too, but the connection is fine
+            raise
+        except OSError as e:
+            if not isinstance(e, LaneBroken):
+                self._break(e)
+                raise LaneBroken(f"lane read failed: {e}") from e
+            raise
+        finally:
+            with self._cond:
+                self._reading = False
+                self._cond.notify_all()
+
+    def forget(self, rid: int) -> None:
+        """Nobody waits for request ``rid`` any more: drop its reply (now or when it comes)."""
+        with self._cond:
+            if self._replies.pop(rid, None) is None and self.broken is None:
+                self._unwanted.add(rid)
+
+    def _read_frames(self, deadline: float | None) -> list[tuple[int, int, bytes]]:
+        """At least one whole frame, reading until ``deadline`` (then ``TimeoutError``);
+        every whole frame read. Only the reader calls it (no lock: ``_buf`` is its own)."""
+        buf = self._buf
+        while True:
+            frames = _split_frames(buf)
+            if frames:
+                return frames
+            try:
+                chunk = self._sock.recv(max(1 << 16, _missing(buf)))
+            except (BlockingIOError, InterruptedError):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError("lane: no reply yet") from None
+                _wait_fd(self._fd, _POLL_IN, left)
+                continue
+            if not chunk:
+                raise ConnectionResetError(errno.ECONNRESET, "the actor's side closed the lane")
+            buf += chunk
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def _break(self, error: BaseException) -> None:
+        with self._cond:
+            self._break_locked(error)
+
+    def _break_locked(self, error: BaseException) -> None:
+        if self.broken is None:
+            self.broken = error  # replies read already stay: their waiters take them
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Close the socket (in the process that made it; a forked child's copy is only
+        dropped). Calls in flight go through Dask."""
+        self._break(LaneBroken("closed"))
+        if os.getpid() == self.pid:
+            try:
+                # Wakes a reader blocked in poll() on it (close alone would not), which then
+                # finds the connection broken.
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._sock.close()
+
+    def __del__(self) -> None:  # a handle dropped without its pool's close (an attached one)
+        try:
+            if os.getpid() == self.pid:
+                self._sock.close()
+        except Exception:  # at interpreter exit
+            pass
+
+
+def _wait_fd(fd: int, events: int, timeout_s: float | None) -> None:
+    poller = select.poll()
+    poller.register(fd, events)
+    poller.poll(None if timeout_s is None else max(0, int(timeout_s * 1000) + 1))
+
+
+def _missing(buf: bytearray) -> int:
+    """How many bytes the frame at the front of ``buf`` still lacks (0: unknown or none),
+    so that a big answer is read in a few large reads."""
+    if len(buf) < HEADER.size:
+        return 0
+    return HEADER.size + HEADER.unpack_from(buf)[0] - len(buf)
+
+
+def _split_frames(buf: bytearray) -> list[tuple[int, int, bytes]]:
+    """Cut the whole frames off the front of ``buf``."""
+    frames = []
+    pos, size, head = 0, len(buf), HEADER.size
+    with memoryview(buf) as view:  # one copy per body (a bytearray slice would make two)
+        while size - pos >= head:
+            length, rid, status = HEADER.unpack_from(buf, pos)
+            if length > MAX_FRAME_BYTES:
+                raise ConnectionResetError(errno.EPROTO, f"lane frame of {length} bytes")
+            if size - pos - head < length:
+                break
+            frames.append((rid, status, bytes(view[pos + head : pos + head + length])))
+            pos += head + length
+    if pos:
+        del buf[:pos]
+    return frames
