@@ -8,12 +8,24 @@ from __future__ import annotations
 
 import collections
 import multiprocessing
+import os
+import sys
 import warnings
 
 import dask
 import pytest
 from distributed import Client, LocalCluster
 from distributed.utils import get_mp_context
+
+# Bytecode is cached for the suite's processes even where PYTHONDONTWRITEBYTECODE is set (this
+# machine sets it): the suite starts hundreds of Python processes that import daskqueue (each
+# process-isolated consumer's child, the CLI's and scripts' workers, the forkservers), and
+# without a cache each compiles the package from source again (~0.1 s of CPU per child process,
+# measured), and each xdist worker rewrites every test module's asserts anew. The processes
+# started from here on (xdist's workers, and theirs) inherit this; the caches are
+# ``__pycache__`` directories, ignored by git.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 # Worker processes fork from one warm process per test process (``forkserver``, which
 # distributed preloads with itself and its dependencies) instead of each starting a new
