@@ -6,13 +6,26 @@ pools it creates.
 
 from __future__ import annotations
 
+import collections
 import multiprocessing
+import os
+import sys
 import warnings
 
 import dask
 import pytest
 from distributed import Client, LocalCluster
 from distributed.utils import get_mp_context
+
+# Bytecode is cached for the suite's processes even where PYTHONDONTWRITEBYTECODE is set (this
+# machine sets it): the suite starts hundreds of Python processes that import daskqueue (each
+# process-isolated consumer's child, the CLI's and scripts' workers, the forkservers), and
+# without a cache each compiles the package from source again (~0.1 s of CPU per child process,
+# measured), and each xdist worker rewrites every test module's asserts anew. The processes
+# started from here on (xdist's workers, and theirs) inherit this; the caches are
+# ``__pycache__`` directories, ignored by git.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 # Worker processes fork from one warm process per test process (``forkserver``, which
 # distributed preloads with itself and its dependencies) instead of each starting a new
@@ -185,29 +198,66 @@ def _daskqueue_logger_as_it_was():
     compat._handler = None
 
 
-#: Test files whose tests are the suite's longest (15-55 s each, from ``--durations``): run
-#: first, so that with ``-n 3`` no worker starts one of them near the end and holds the whole
-#: run up for it (longest-first scheduling; the order of tests within a file is kept).
-LONG_FIRST = (
-    "tests/segment/test_machine.py",
-    "tests/consumer/test_walltime_cluster.py",
-    "tests/test_membership.py",
-    "tests/compat/test_readme_and_examples.py",
-    "tests/test_cli_map.py",
-    "tests/compat/test_users_fixtures.py",
-    "tests/test_client_restart.py",
-    "tests/test_retire_settles.py",
-    "tests/queue/test_compaction_off_loop.py",
-    "tests/test_scheduler_lost.py",
-    "tests/test_preemption.py",
-    "tests/test_attach_moved.py",
-    "tests/consumer/test_time_limits.py",
-)
+#: Test files whose tests are the suite's longest, with the seconds their tests take together
+#: in a full ``-n 3`` run (from ``--durations``; rough: only their order and size matter).
+#: They start first, spread over the xdist workers (see ``pytest_collection_modifyitems``), so
+#: that no worker starts one of them near the end and holds the whole run up for it.
+LONG_FIRST = {
+    "tests/queue/test_compaction_off_loop.py": 55,
+    "tests/test_membership.py": 50,
+    "tests/consumer/test_elastic.py": 55,
+    "tests/compat/test_readme_and_examples.py": 45,
+    "tests/test_attach_moved.py": 45,
+    "tests/test_cli_map.py": 45,
+    "tests/consumer/test_faults.py": 35,
+    "tests/test_joblib_backend.py": 35,
+    "tests/test_scheduler_lost.py": 35,
+    "tests/consumer/test_walltime_cluster.py": 28,
+    "tests/test_preemption.py": 24,
+    # Less now (~20 s), but early: its thread case leaves a 60 s sleep on a shared worker,
+    # which a session ending soon after waits for when it closes the cluster (~4 s).
+    "tests/consumer/test_time_limits.py": 35,
+    "tests/test_client_restart.py": 20,
+    "tests/segment/test_machine.py": 20,
+    "tests/test_retire_settles.py": 17,
+    "tests/compat/test_users_fixtures.py": 16,
+}
 
 
+@pytest.hookimpl(trylast=True)  # after ``-m``/``-k`` deselected: the slices are of what runs
 def pytest_collection_modifyitems(config, items):
-    def rank(item):
-        path = item.nodeid.split("::", 1)[0]
-        return LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST)
+    """Long tests first, and under ``--dist worksteal`` spread so that each xdist worker
+    starts on its share of them.
 
-    items.sort(key=rank)  # stable: everything else keeps its collection order
+    worksteal hands worker ``i`` of ``n`` the ``i``-th contiguous slice of the collection at
+    the start (sizes ``len(pending) // (n - i)``), and an idle worker later steals the tail of
+    the longest queue. A plain long-first order would put every long test in the first
+    worker's slice: one worker runs them all, one after the other (CI saw that worker end
+    last, on its ~30 long tests, while the others stole its short tail). So the long tests
+    are dealt to the slices longest first, each to the slice with the fewest seconds so far,
+    and the short tests fill each slice up to its size, in collection order.
+    """
+    paths = {item.nodeid: item.nodeid.split("::", 1)[0] for item in items}
+    per_file = collections.Counter(paths.values())
+    weight = {nodeid: LONG_FIRST[path] / per_file[path] for nodeid, path in paths.items() if path in LONG_FIRST}
+    long_items = sorted((i for i in items if i.nodeid in weight), key=lambda i: -weight[i.nodeid])
+    short_items = [i for i in items if i.nodeid not in weight]
+    n = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    if n <= 1 or config.getoption("dist", "no") != "worksteal":
+        items[:] = long_items + short_items
+        return
+    sizes, left = [], len(items)
+    for i in range(n):  # worksteal's first hand-out: each worker the same share of what is left
+        sizes.append(left // (n - i))
+        left -= sizes[-1]
+    slices: list[list] = [[] for _ in range(n)]
+    seconds = [0.0] * n
+    for item in long_items:
+        open_slices = [j for j in range(n) if len(slices[j]) < sizes[j]]
+        j = min(open_slices, key=lambda j: seconds[j])
+        slices[j].append(item)
+        seconds[j] += weight[item.nodeid]
+    rest = iter(short_items)
+    for j in range(n):
+        slices[j].extend(next(rest) for _ in range(sizes[j] - len(slices[j])))
+    items[:] = [item for piece in slices for item in piece]

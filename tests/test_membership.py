@@ -71,18 +71,22 @@ def test_retiring_a_queues_worker_moves_the_queue_and_loses_nothing(cluster_fact
 
 def test_a_backlog_scales_the_cluster_up_and_scale_down_hands_queues_off(cluster_factory):
     cluster, client = cluster_factory(1)
-    cluster.adapt(minimum=1, maximum=3)
+    # Adapt looks every 0.5 s, not 1 s: it scales down after 3 looks that find the pool idle,
+    # and the test waits for that (the hand-off is the point, not adapt's patience).
+    cluster.adapt(minimum=1, maximum=3, interval="0.5s")
     qp = QueuePool(client, 1)
     cp = ConsumerPool(client, qp)
     cp.start()
 
     started = time.monotonic()
-    ids = qp.batch_submit([(tasks.sleep_then, i, 0.01) for i in range(3000)])
+    # 20 s of work for one worker: 3 workers' worth at Dask's target duration (5 s) for the
+    # first 10 s, time enough for the new workers to come (30 s only made the join longer).
+    ids = qp.batch_submit([(tasks.sleep_then, i, 0.01) for i in range(2000)])
     wait_until(lambda: len(client.scheduler_info()["workers"]) == 3, timeout_s=30)
     scaled_up_s = time.monotonic() - started
     cp.join(timeout=120)
     results = cp.results()
-    assert [results[i] for i in ids] == list(range(3000))
+    assert [results[i] for i in ids] == list(range(2000))
 
     # Idle again: adapt retires workers (through the queue's hand-off if it is on one).
     wait_until(lambda: len(client.scheduler_info()["workers"]) == 1, timeout_s=60)
@@ -142,12 +146,14 @@ def test_a_backlog_scales_a_dask_jobqueue_cluster_up_through_its_own_adapt():
         qp = QueuePool(client, 1)
         cp = ConsumerPool(client, qp)
         cp.start()
-        # 30 s of work for one worker: only the queue's reported backlog can ask for a job.
-        ids = qp.batch_submit([(tasks.sleep_then, i, 0.01) for i in range(3000)])
+        # 20 s of work for one worker: only the queue's reported backlog can ask for a job, and
+        # it asks for 2 workers (Dask's target duration: 5 s) for 15 s, time enough for a job
+        # to start under load (30 s only made the join longer).
+        ids = qp.batch_submit([(tasks.sleep_then, i, 0.01) for i in range(2000)])
         wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, timeout_s=45)
         cp.join(timeout=120)
         results = cp.results()
-        assert [results[i] for i in ids] == list(range(3000))
+        assert [results[i] for i in ids] == list(range(2000))
         cp.close()
         qp.close()
     finally:

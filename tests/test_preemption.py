@@ -71,7 +71,8 @@ def test_a_job_killed_mid_map_with_no_replacement_does_not_hang_the_map(jobs, tm
     qp = QueuePool(client, n, durability="durable", dirpath=tmp_path / "pool", fsync="never")
     cp = ConsumerPool(client, qp)  # the default: one consumer per worker
     cp.start()
-    items = list(range(1500 * n))
+    # About 2 s of work per worker; the kill comes after 200 per worker, with most to go.
+    items = list(range(1000 * n))
     out: dict[str, object] = {}
 
     def run_map():

@@ -16,8 +16,8 @@ SCRIPT = textwrap.dedent("""
     from daskqueue import QueuePool, ConsumerPool, ConsumerBaseClass
     from daskqueue.utils import logger
 
-    def slow():
-        time.sleep(1.5)
+    def slow():  # two of them keep join() waiting 1.5 s: 3 of its 0.5 s progress steps
+        time.sleep(0.75)
 
     class Printer(ConsumerBaseClass):
         def process_item(self, item):

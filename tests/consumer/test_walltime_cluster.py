@@ -22,13 +22,16 @@ LIFETIME = "12s"
 
 @pytest.fixture
 def lifetime_worker(cluster_factory):
-    """A cluster of one plain worker, plus one ``dask worker --lifetime 12s`` process."""
-    cluster, client = cluster_factory(1)
+    """A cluster of two plain workers, plus one ``dask worker --lifetime 12s`` process.
+
+    Two plain ones, not one: the work left when the leaving one stops runs on both, half the
+    test's time (the leaving one's share, and so what the test checks, stays the same)."""
+    cluster, client = cluster_factory(2)
     proc = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
                              "--nthreads", "1", "--lifetime", LIFETIME, "--no-dashboard", "--name", "leaving"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        client.wait_for_workers(2, timeout=60)
+        client.wait_for_workers(3, timeout=60)
         yield cluster, client, proc
     finally:
         if proc.poll() is None:
@@ -56,8 +59,8 @@ def test_a_worker_reaching_its_lifetime_takes_no_task_it_cannot_finish(lifetime_
     # Without the walltime, the leaving worker is always in the middle of a 2.5 s task when
     # its lifetime ends (the work outlasts it); with it, it runs its last one to its end well
     # before (one task of unknown length first, then those its estimate, 3.75 s, says end
-    # 2 s before it leaves).
-    n = 12
+    # 2 s before it leaves). 13 tasks: with 3 workers, about 4 still wait when it stops.
+    n = 13
     out = qp.map(walltime_tasks.logged_run, [(i, TASK_S, str(log)) for i in range(n)], timeout_s=150)
 
     assert out == list(range(n))

@@ -112,8 +112,12 @@ async def test_automatic_compaction_of_a_large_queue_leaves_the_event_loop_respo
 
 
 async def test_calls_made_during_a_compaction_wait_for_it_and_answer_from_its_result(tmp_path):
+    # 10,000 chunks: a compaction of ~0.1 s, thousands of times the loop turn the calls below
+    # need to be made (they are made while the queue is paused, asserted; more chunks only
+    # lengthened the build, the drain and the reopen).
+    n = 10_000
     q = open_queue(tmp_path)
-    await build(q, n_chunks=30_000, n_results=10)
+    await build(q, n_chunks=n, n_results=10)
     leased, _ = await get(q, 5)
     results = pickle.dumps(list(range(5)))
     generation = q._store.generation
@@ -137,10 +141,10 @@ async def test_calls_made_during_a_compaction_wait_for_it_and_answer_from_its_re
     )
     await compaction
     cursor, blob, _, dead = await seen_after_compaction(waiting_outcome)
-    assert put_ranges == [(30_000, 1)]
+    assert put_ranges == [(n, 1)]
     assert got is not None
     assert settled == (5, 0, 0, 0)
-    assert stats.ready + stats.leased == 30_000 - 10 + 1 - 5 and stats.leased == 3
+    assert stats.ready + stats.leased == n - 10 + 1 - 5 and stats.leased == 3
     assert extended == [leased]  # settled before the extend ran: that lease is gone
     (record,) = pickle.loads(blob)
     assert cursor == 11 and record[1] == [(seq, 1) for seq in range(10, 15)] and record[3] == results
@@ -150,19 +154,21 @@ async def test_calls_made_during_a_compaction_wait_for_it_and_answer_from_its_re
     q = open_queue(tmp_path)  # the leased 3 come back (rule 6), with everything else
     end, blob = await q.fetch_results(0)
     assert end == 11 and pickle.loads(blob)[-1] == record
-    assert len(await drain(q)) == 30_000 - 10 - 5 + 1
+    assert len(await drain(q)) == n - 10 - 5 + 1
 
 
 async def test_close_waits_for_a_running_compaction(tmp_path):
     q = open_queue(tmp_path)
-    await build(q, n_chunks=20_000, n_results=0)
+    # 5,000 chunks are enough: close() is called while the compaction is running (asserted),
+    # with no await in between, however short the compaction.
+    await build(q, n_chunks=5_000, n_results=0)
     compaction = asyncio.ensure_future(q.compact())
     await asyncio.sleep(0)  # one loop turn: compact() pauses the queue at its first step
     assert q._paused is not None
     await q.close()
     assert compaction.done() and compaction.exception() is None
     q = open_queue(tmp_path)
-    assert (await q.stats()).ready == 20_000
+    assert (await q.stats()).ready == 5_000
     assert q._store.generation == 2
 
 
