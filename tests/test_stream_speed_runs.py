@@ -72,3 +72,22 @@ def test_random_ids_give_the_walked_runs():
 def test_a_chunk_of_100k_batch_submit_ids_is_six_runs():
     ids = _batch_submit_ids(100_000, 2, 16_667)
     assert id_runs(ids) == _walked(ids) and len(id_runs(ids)) == 6
+
+
+def test_the_arrival_log_keeps_a_parked_run_as_its_range():
+    import tracemalloc
+
+    from daskqueue.arrivals import Arrivals
+
+    log = Arrivals()
+    cursor = log.end()
+    tracemalloc.start()
+    try:
+        log.add(range(0, 1_000_000 * MAX_QUEUES, MAX_QUEUES))  # a parked run of a million results
+        grown, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert grown < 100_000  # not a million ids written out (~36 MB)
+    assert len(log) == 1_000_000
+    log.add((7,))
+    assert log.since(cursor)[-3:] == [999_998 * MAX_QUEUES, 999_999 * MAX_QUEUES, 7]
