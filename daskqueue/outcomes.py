@@ -36,6 +36,10 @@ Batch = Iterator[tuple[int, Any]]
 
 logger = logging.getLogger("daskqueue")
 
+#: How often ``join`` asks the queues' and consumers' stats while outcomes of this client's
+#: own messages are still to come (see :meth:`Outcomes.join`).
+JOIN_STATS_EVERY_S = 0.5
+
 
 def join_counts(qstats: list[Any], inflight: int) -> dict[str, int]:
     """What a :class:`JoinTimeoutError` of ``join`` reports."""
@@ -205,20 +209,43 @@ class Outcomes:
     def join(self, inflight: Callable[[], int], timeout_s: float | None,
              on_pass: Callable[[], None] = lambda: None) -> None:
         """Wait until every message is settled and no consumer holds work, fetching
-        outcomes on the way (see ``ConsumerPool.join``); ``on_pass`` runs on each pass."""
+        outcomes on the way (see ``ConsumerPool.join``); ``on_pass`` runs on each pass.
+
+        The queues' and consumers' stats (what decides that the pool is idle) are asked on
+        the first pass, then only once this client's own messages all have their outcomes
+        (:meth:`unsettled`), every ``JOIN_STATS_EVERY_S`` (others' messages, lost queues,
+        a timeout's counts), and when no consumer pool runs: a pass that asked them every
+        50 ms cost two round trips and both workers' event loops a call each, for an answer
+        that the outcomes still to come already gave. With a few of its outcomes to come,
+        a pass waits on a long poll (it ends when they arrive) instead of a sleep."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        asked = None  # when the stats were last asked
         while True:
             self._poll_until(deadline, timeout_s)
-            if self.settled_all(inflight, deadline, timeout_s):
-                self._poll_until(deadline, timeout_s)
-                self.collector.unpark()
-                self._report_failures()
-                return
+            mine = self.unsettled()
+            now = time.monotonic()
+            if (asked is None or mine <= 0 or now - asked >= JOIN_STATS_EVERY_S or not self._consumers_running()
+                    or (deadline is not None and now > deadline)):
+                asked = now
+                if self.settled_all(inflight, deadline, timeout_s):
+                    self._poll_until(deadline, timeout_s)
+                    self.collector.unpark()
+                    self._report_failures()
+                    return
             on_pass()
             self.table.check_scheduler()
             began = time.monotonic()
             self.collector.unpark()  # in the wait, not in the results() call after it
-            time.sleep(max(0.0, defaults.POLL_INTERVAL_S - (time.monotonic() - began)))
+            if 0 < mine <= PRIME_MAX_MESSAGES:
+                self._rest(mine, deadline, timeout_s)
+            else:
+                time.sleep(max(0.0, defaults.POLL_INTERVAL_S - (time.monotonic() - began)))
+
+    def unsettled(self) -> int:
+        """This client's messages put and without an outcome yet, as far as its counts tell
+        (an outcome delivered twice counts twice, follow-ups submitted by tasks are not put
+        here: it may be low, never a reason to stop waiting; see :meth:`join`)."""
+        return sum(self.table.put_counts) - sum(self.collector.settled)
 
     def _rest(self, pending: int | None, deadline: float | None, timeout_s: float | None) -> None:
         """Wait a poll interval after a round that brought nothing. With a few outcomes to
