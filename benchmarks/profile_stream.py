@@ -88,6 +88,7 @@ def main() -> None:
                     done += sum(1 for _ in cp.as_completed(pending, timeout=600))
                 pending = ids
             done += sum(1 for _ in cp.as_completed(pending, timeout=600))
+            stop()
             assert done == n
 
         def submit_join_results() -> None:
@@ -95,7 +96,9 @@ def main() -> None:
             yield_start()
             qp.batch_submit(batch)
             cp.join(timeout=600)
-            assert len(qp.results(clear=True)) >= n
+            res = qp.results(clear=True)
+            stop()
+            assert len(res) >= n
 
         def batch_submit() -> None:
             batch = [(tasks.noop, i) for i in range(n)]
@@ -104,12 +107,14 @@ def main() -> None:
                 bare.batch_submit(batch[:1000])
                 yield_start()
                 bare.batch_submit(batch)
+                stop()
             finally:
                 bare.close()
 
         def run_map() -> None:
             yield_start()
             qp.map(tasks.noop, range(n))
+            stop()
 
         shapes: dict[str, Callable[[], None]] = {"map": run_map, "as_completed": as_completed,
                                                  "submit_join_results": submit_join_results,
@@ -126,8 +131,11 @@ def main() -> None:
                 time.sleep(1.0)  # py-spy attaches
                 started["t0"] = time.perf_counter()
 
+            def stop() -> None:
+                started["t1"] = time.perf_counter()
+
             shapes[name]()
-            seconds = time.perf_counter() - started["t0"]
+            seconds = started["t1"] - started["t0"]
             spy = started["spy"]
             spy.send_signal(2)  # SIGINT: py-spy writes what it has
             spy.wait(timeout=60)

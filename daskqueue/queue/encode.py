@@ -202,7 +202,8 @@ _function = operator.itemgetter(0)
 def _one_argument_tasks(tasks: list[Any]) -> bool:
     """Whether every task is a plain tuple ``(func, x)``: their payloads ``(x,)`` are then
     packed as the bare arguments, as ``map``'s are (no tuple per task on either side)."""
-    return set(map(len, tasks)) == {2} and set(map(type, tasks)) == {tuple}
+    n = len(tasks)  # list.count finds the cached 2 and the tuple type by identity: C speed
+    return list(map(len, tasks)).count(2) == n and list(map(type, tasks)).count(tuple) == n
 
 
 def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: int,
@@ -214,12 +215,13 @@ def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: i
     chunk by chunk by C-level getters (a comprehension per task cost as much as the pickling).
     """
     try:
-        funcs = set(map(_function, tasks))
-    except Exception:  # not subscriptable, empty, or an unhashable "function"
+        funcs = list(map(_function, tasks))
+        if not funcs or funcs.count(funcs[0]) != len(funcs):
+            return None
+    except Exception:  # not subscriptable, empty, or a "function" whose == raises
         return None
-    if len(funcs) != 1:
-        return None
-    (func,) = funcs
+    func = funcs[0]
+    del funcs
     if not callable(func) or not all(isinstance(t, (tuple, list)) for t in tasks[:1]):
         return None
     one = _one_argument_tasks(tasks)
