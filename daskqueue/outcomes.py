@@ -310,15 +310,16 @@ class Outcomes:
             yield from self._taken_batches(inflight, ids, deadline, timeout_s)
             return
         collector = self.collector
+        batch: Batch = iter(())  # the batch being read: its rest is given back on close
         try:
             while True:
                 got, values = collector.drain_stream(claim)
                 if got:
-                    yield zip(got, values)
+                    yield (batch := zip(got, values))
                 if claim.complete:
                     got, values = collector.drain_stream(claim)
                     if got:
-                        yield zip(got, values)
+                        yield (batch := zip(got, values))
                     return
                 if self._poll_until(deadline, timeout_s):
                     if deadline is not None and time.monotonic() > deadline:  # others' outcomes keep coming
@@ -328,7 +329,7 @@ class Outcomes:
                     self._poll_until(deadline, timeout_s)
                     got, values = collector.drain_stream(claim)
                     if got:
-                        yield zip(got, values)
+                        yield (batch := zip(got, values))
                     if not claim.complete:
                         missing = claim.missing()
                         raise ConfigurationError(
@@ -339,31 +340,36 @@ class Outcomes:
                 self._rest(claim.n - claim.settled, deadline, timeout_s)
         finally:
             collector.release_stream(claim)
+            collector.give_back(batch)  # empty unless the reader stopped in its middle
 
     def _taken_batches(self, inflight: Callable[[], int], ids: Iterable[int] | None, deadline: float | None,
                        timeout_s: float | None) -> Iterator[Batch]:
         wanted = None if ids is None else set(ids)
         collector = self.collector
         cursor = None
-        while wanted is None or wanted:
-            self._poll_until(deadline, timeout_s)
-            got, values, cursor = collector.take_since(wanted, cursor)
-            if got:
-                if wanted is not None:
-                    wanted.difference_update(got)
-                yield zip(got, values)
-                continue
-            if self.settled_all(inflight, deadline, timeout_s):
+        batch: Batch = iter(())  # the batch being read: its rest is given back on close
+        try:
+            while wanted is None or wanted:
                 self._poll_until(deadline, timeout_s)
                 got, values, cursor = collector.take_since(wanted, cursor)
                 if got:
-                    yield zip(got, values)
-                if wanted is not None:
-                    wanted.difference_update(got)
-                    if wanted:
-                        raise ConfigurationError(
-                            f"{len(wanted):,} of the ids (e.g. {min(wanted)}) have no outcome to come: "
-                            "taken already (by as_completed or results(clear=True)), or not of this pool")
-                return
-            self.table.check_scheduler()
-            self._rest(None if wanted is None else len(wanted), deadline, timeout_s)
+                    if wanted is not None:
+                        wanted.difference_update(got)
+                    yield (batch := zip(got, values))
+                    continue
+                if self.settled_all(inflight, deadline, timeout_s):
+                    self._poll_until(deadline, timeout_s)
+                    got, values, cursor = collector.take_since(wanted, cursor)
+                    if got:
+                        yield (batch := zip(got, values))
+                    if wanted is not None:
+                        wanted.difference_update(got)
+                        if wanted:
+                            raise ConfigurationError(
+                                f"{len(wanted):,} of the ids (e.g. {min(wanted)}) have no outcome to come: "
+                                "taken already (by as_completed or results(clear=True)), or not of this pool")
+                    return
+                self.table.check_scheduler()
+                self._rest(None if wanted is None else len(wanted), deadline, timeout_s)
+        finally:
+            collector.give_back(batch)  # empty unless the reader stopped in its middle

@@ -44,3 +44,35 @@ def test_join_still_waits_for_messages_it_did_not_put(client, pools):
         assert sum(s.pending for s in qp.outcomes.stats()) == 0
     finally:
         other.close()
+
+
+@pytest.mark.timeout(90)
+def test_as_completed_streams_in_c_and_close_gives_back_what_was_not_read(pools):
+    import itertools
+
+    qp = pools.queue(2)
+    cp = pools.consumer(qp, isolation="thread")
+    cp.start()
+    ids = qp.batch_submit([(tasks.double, i) for i in range(200)])
+    cp.join(timeout=60)  # every outcome is here: as_completed hands them over in one batch
+    stream = cp.as_completed(ids, timeout=60)
+    assert type(iter(stream)) is itertools.chain  # no Python frame resumed per outcome
+    first = next(stream)
+    stream.close()  # as a generator's close(): the rest were never read, so they are results()'
+    rest = qp.results(clear=True)
+    assert rest == {i: 2 * x for i, x in zip(ids, range(200)) if i != first[0]}
+    ids = qp.batch_submit([(tasks.double, i) for i in range(50)])
+    assert dict(cp.as_completed(ids, timeout=60)) == {i: 2 * x for i, x in zip(ids, range(50))}
+
+
+@pytest.mark.timeout(90)
+def test_as_completed_of_every_outcome_gives_back_what_was_not_read_on_close(pools):
+    qp = pools.queue(2)
+    cp = pools.consumer(qp, isolation="thread")
+    cp.start()
+    ids = qp.batch_submit([(tasks.double, i) for i in range(100)])
+    cp.join(timeout=60)
+    stream = cp.as_completed(timeout=60)  # no ids: taken from the dicts
+    first = next(stream)
+    stream.close()
+    assert qp.results(clear=True) == {i: 2 * x for i, x in zip(ids, range(100)) if i != first[0]}
