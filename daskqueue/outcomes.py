@@ -216,30 +216,42 @@ class Outcomes:
         (:meth:`unsettled`), every ``JOIN_STATS_EVERY_S`` (others' messages, lost queues,
         a timeout's counts), and when no consumer pool runs: a pass that asked them every
         50 ms cost two round trips and both workers' event loops a call each, for an answer
-        that the outcomes still to come already gave. With a few of its outcomes to come,
-        a pass waits on a long poll (it ends when they arrive) instead of a sleep."""
+        that the outcomes still to come already gave. Between passes it waits on a long
+        poll (which ends when outcomes arrive), not a sleep (see ``as_completed`` too)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        asked = None  # when the stats were last asked
+        asked: list[float] = []  # when the stats were last asked (see _stats_due)
         while True:
             self._poll_until(deadline, timeout_s)
-            mine = self.unsettled()
-            now = time.monotonic()
-            if (asked is None or mine <= 0 or now - asked >= JOIN_STATS_EVERY_S or not self._consumers_running()
-                    or (deadline is not None and now > deadline)):
-                asked = now
-                if self.settled_all(inflight, deadline, timeout_s):
-                    self._poll_until(deadline, timeout_s)
-                    self.collector.unpark()
-                    self._report_failures()
-                    return
+            if self._stats_due(asked, deadline) and self.settled_all(inflight, deadline, timeout_s):
+                self._poll_until(deadline, timeout_s)
+                self.collector.unpark()
+                self._report_failures()
+                return
             on_pass()
             self.table.check_scheduler()
-            began = time.monotonic()
             self.collector.unpark()  # in the wait, not in the results() call after it
-            if 0 < mine <= PRIME_MAX_MESSAGES:
-                self._rest(mine, deadline, timeout_s)
-            else:
-                time.sleep(max(0.0, defaults.POLL_INTERVAL_S - (time.monotonic() - began)))
+            self._await_outcomes(deadline, timeout_s)
+
+    def _stats_due(self, asked: list[float], deadline: float | None) -> bool:
+        """Whether a wait for the pool to be idle asks the stats on this pass (see
+        :meth:`join`); ``asked`` holds when they were last asked, and is updated."""
+        now = time.monotonic()
+        if (asked and self.unsettled() > 0 and now - asked[0] < JOIN_STATS_EVERY_S
+                and (deadline is None or now <= deadline) and self._consumers_running()):
+            return False
+        asked[:] = [now]
+        return True
+
+    def _await_outcomes(self, deadline: float | None, timeout_s: float | None) -> None:
+        """Wait up to a poll interval for outcomes: a long poll of every queue, which ends
+        as soon as they arrive (they are filed then). A sleep instead cost a stream of
+        100,000-task chunks half a poll interval at the end of each chunk."""
+        try:
+            self.poll(wait_s=defaults.POLL_INTERVAL_S, deadline=deadline)
+        except QueueCallTimeoutError as e:
+            if deadline is None:
+                raise
+            raise _timed_out(timeout_s, e) from e
 
     def unsettled(self) -> int:
         """This client's messages put and without an outcome yet, as far as its counts tell
@@ -311,6 +323,7 @@ class Outcomes:
             return
         collector = self.collector
         batch: Batch = iter(())  # the batch being read: its rest is given back on close
+        asked: list[float] = []  # when the stats were last asked (see _stats_due)
         try:
             while True:
                 got, values = collector.drain_stream(claim)
@@ -325,7 +338,7 @@ class Outcomes:
                     if deadline is not None and time.monotonic() > deadline:  # others' outcomes keep coming
                         raise JoinTimeoutError(timeout_s or 0.0, {"pending": claim.n - claim.settled})
                     continue
-                if self.settled_all(inflight, deadline, timeout_s):
+                if self._stats_due(asked, deadline) and self.settled_all(inflight, deadline, timeout_s):
                     self._poll_until(deadline, timeout_s)
                     got, values = collector.drain_stream(claim)
                     if got:
@@ -337,7 +350,7 @@ class Outcomes:
                             "taken already (by as_completed or results(clear=True)), or not of this pool")
                     return
                 self.table.check_scheduler()
-                self._rest(claim.n - claim.settled, deadline, timeout_s)
+                self._await_outcomes(deadline, timeout_s)
         finally:
             collector.release_stream(claim)
             collector.give_back(batch)  # empty unless the reader stopped in its middle
