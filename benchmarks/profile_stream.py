@@ -38,9 +38,7 @@ def summarize(path: str, top: int) -> str:
             continue
         n = int(count)
         frames = stack.split(";")
-        who = "main" if "MainThread" in frames[0] or "process" in frames[0] and "Thread" not in frames[0] else "other"
-        if "MainThread" in frames[0]:
-            who = "main"
+        who = "main" if "MainThread" in frames[0] else "other"  # py-spy's first frame names the thread
         total[who] += n
         leaf = frames[-1]
         if any(k in leaf for k in IDLE):
