@@ -90,9 +90,17 @@ class ClaimsMixin:
         (an ``as_completed`` closed early: they are ``results()``' again)."""
         with self._lock:
             self.release(claim)  # type: ignore[arg-type]
-            got, values = claim.drain()
-            for i, v in zip(got, values):
+            self.give_back(zip(*claim.drain()))
+
+    def give_back(self, outcomes: Any) -> None:
+        """Outcomes ``(task_id, outcome)`` taken but never handed to the caller (an
+        ``as_completed`` closed in the middle of a poll's batch) are ``results()`` /
+        ``failures()``' again."""
+        with self._lock:
+            got = []
+            for i, v in outcomes:
                 (self.failures if isinstance(v, RemoteTaskError) and v.task_id == i else self.results)[i] = v
+                got.append(i)
             self._arrivals.add(got)
 
     def release(self, claim: MapClaimLike) -> None:

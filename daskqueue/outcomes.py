@@ -36,6 +36,10 @@ Batch = Iterator[tuple[int, Any]]
 
 logger = logging.getLogger("daskqueue")
 
+#: How often ``join`` asks the queues' and consumers' stats while outcomes of this client's
+#: own messages are still to come (see :meth:`Outcomes.join`).
+JOIN_STATS_EVERY_S = 0.5
+
 
 def join_counts(qstats: list[Any], inflight: int) -> dict[str, int]:
     """What a :class:`JoinTimeoutError` of ``join`` reports."""
@@ -205,20 +209,55 @@ class Outcomes:
     def join(self, inflight: Callable[[], int], timeout_s: float | None,
              on_pass: Callable[[], None] = lambda: None) -> None:
         """Wait until every message is settled and no consumer holds work, fetching
-        outcomes on the way (see ``ConsumerPool.join``); ``on_pass`` runs on each pass."""
+        outcomes on the way (see ``ConsumerPool.join``); ``on_pass`` runs on each pass.
+
+        The queues' and consumers' stats (what decides that the pool is idle) are asked on
+        the first pass, then only once this client's own messages all have their outcomes
+        (:meth:`unsettled`), every ``JOIN_STATS_EVERY_S`` (others' messages, lost queues,
+        a timeout's counts), and when no consumer pool runs: a pass that asked them every
+        50 ms cost two round trips and both workers' event loops a call each, for an answer
+        that the outcomes still to come already gave. Between passes it waits on a long
+        poll (which ends when outcomes arrive), not a sleep (see ``as_completed`` too)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        asked: list[float] = []  # when the stats were last asked (see _stats_due)
         while True:
             self._poll_until(deadline, timeout_s)
-            if self.settled_all(inflight, deadline, timeout_s):
+            if self._stats_due(asked, deadline) and self.settled_all(inflight, deadline, timeout_s):
                 self._poll_until(deadline, timeout_s)
                 self.collector.unpark()
                 self._report_failures()
                 return
             on_pass()
             self.table.check_scheduler()
-            began = time.monotonic()
             self.collector.unpark()  # in the wait, not in the results() call after it
-            time.sleep(max(0.0, defaults.POLL_INTERVAL_S - (time.monotonic() - began)))
+            self._await_outcomes(deadline, timeout_s)
+
+    def _stats_due(self, asked: list[float], deadline: float | None) -> bool:
+        """Whether a wait for the pool to be idle asks the stats on this pass (see
+        :meth:`join`); ``asked`` holds when they were last asked, and is updated."""
+        now = time.monotonic()
+        if (asked and self.unsettled() > 0 and now - asked[0] < JOIN_STATS_EVERY_S
+                and (deadline is None or now <= deadline) and self._consumers_running()):
+            return False
+        asked[:] = [now]
+        return True
+
+    def _await_outcomes(self, deadline: float | None, timeout_s: float | None) -> None:
+        """Wait up to a poll interval for outcomes: a long poll of every queue, which ends
+        as soon as they arrive (they are filed then). A sleep instead cost a stream of
+        100,000-task chunks half a poll interval at the end of each chunk."""
+        try:
+            self.poll(wait_s=defaults.POLL_INTERVAL_S, deadline=deadline)
+        except QueueCallTimeoutError as e:
+            if deadline is None:
+                raise
+            raise _timed_out(timeout_s, e) from e
+
+    def unsettled(self) -> int:
+        """This client's messages put and without an outcome yet, as far as its counts tell
+        (an outcome delivered twice counts twice, follow-ups submitted by tasks are not put
+        here: it may be low, never a reason to stop waiting; see :meth:`join`)."""
+        return sum(self.table.put_counts) - sum(self.collector.settled)
 
     def _rest(self, pending: int | None, deadline: float | None, timeout_s: float | None) -> None:
         """Wait a poll interval after a round that brought nothing. With a few outcomes to
@@ -283,25 +322,27 @@ class Outcomes:
             yield from self._taken_batches(inflight, ids, deadline, timeout_s)
             return
         collector = self.collector
+        batch: Batch = iter(())  # the batch being read: its rest is given back on close
+        asked: list[float] = []  # when the stats were last asked (see _stats_due)
         try:
             while True:
                 got, values = collector.drain_stream(claim)
                 if got:
-                    yield zip(got, values)
+                    yield (batch := zip(got, values))
                 if claim.complete:
                     got, values = collector.drain_stream(claim)
                     if got:
-                        yield zip(got, values)
+                        yield (batch := zip(got, values))
                     return
                 if self._poll_until(deadline, timeout_s):
                     if deadline is not None and time.monotonic() > deadline:  # others' outcomes keep coming
                         raise JoinTimeoutError(timeout_s or 0.0, {"pending": claim.n - claim.settled})
                     continue
-                if self.settled_all(inflight, deadline, timeout_s):
+                if self._stats_due(asked, deadline) and self.settled_all(inflight, deadline, timeout_s):
                     self._poll_until(deadline, timeout_s)
                     got, values = collector.drain_stream(claim)
                     if got:
-                        yield zip(got, values)
+                        yield (batch := zip(got, values))
                     if not claim.complete:
                         missing = claim.missing()
                         raise ConfigurationError(
@@ -309,34 +350,39 @@ class Outcomes:
                             "taken already (by as_completed or results(clear=True)), or not of this pool")
                     return
                 self.table.check_scheduler()
-                self._rest(claim.n - claim.settled, deadline, timeout_s)
+                self._await_outcomes(deadline, timeout_s)
         finally:
             collector.release_stream(claim)
+            collector.give_back(batch)  # empty unless the reader stopped in its middle
 
     def _taken_batches(self, inflight: Callable[[], int], ids: Iterable[int] | None, deadline: float | None,
                        timeout_s: float | None) -> Iterator[Batch]:
         wanted = None if ids is None else set(ids)
         collector = self.collector
         cursor = None
-        while wanted is None or wanted:
-            self._poll_until(deadline, timeout_s)
-            got, values, cursor = collector.take_since(wanted, cursor)
-            if got:
-                if wanted is not None:
-                    wanted.difference_update(got)
-                yield zip(got, values)
-                continue
-            if self.settled_all(inflight, deadline, timeout_s):
+        batch: Batch = iter(())  # the batch being read: its rest is given back on close
+        try:
+            while wanted is None or wanted:
                 self._poll_until(deadline, timeout_s)
                 got, values, cursor = collector.take_since(wanted, cursor)
                 if got:
-                    yield zip(got, values)
-                if wanted is not None:
-                    wanted.difference_update(got)
-                    if wanted:
-                        raise ConfigurationError(
-                            f"{len(wanted):,} of the ids (e.g. {min(wanted)}) have no outcome to come: "
-                            "taken already (by as_completed or results(clear=True)), or not of this pool")
-                return
-            self.table.check_scheduler()
-            self._rest(None if wanted is None else len(wanted), deadline, timeout_s)
+                    if wanted is not None:
+                        wanted.difference_update(got)
+                    yield (batch := zip(got, values))
+                    continue
+                if self.settled_all(inflight, deadline, timeout_s):
+                    self._poll_until(deadline, timeout_s)
+                    got, values, cursor = collector.take_since(wanted, cursor)
+                    if got:
+                        yield (batch := zip(got, values))
+                    if wanted is not None:
+                        wanted.difference_update(got)
+                        if wanted:
+                            raise ConfigurationError(
+                                f"{len(wanted):,} of the ids (e.g. {min(wanted)}) have no outcome to come: "
+                                "taken already (by as_completed or results(clear=True)), or not of this pool")
+                    return
+                self.table.check_scheduler()
+                self._rest(None if wanted is None else len(wanted), deadline, timeout_s)
+        finally:
+            collector.give_back(batch)  # empty unless the reader stopped in its middle

@@ -11,8 +11,6 @@ twice). Pure: no Dask, no clock, no I/O; the collector calls it under its lock.
 
 from __future__ import annotations
 
-import itertools
-import operator
 from typing import Any
 
 from daskqueue.errors import RemoteTaskError
@@ -25,16 +23,9 @@ def id_runs(ids: list[int]) -> list[tuple[int, int, int, int]] | None:
     """``(queue, first seq, count, first position)`` of the consecutive runs of ``ids`` (ids of
     consecutive seqs of one queue, in order), or None if two runs overlap (repeated ids)."""
     runs: list[tuple[int, int, int, int]] = []
-    if not ids:
-        return runs
-    mask = MAX_QUEUES - 1
-    # Where the next id is not the next seq of the same queue, found by counting in C over
-    # halves of the differences (a Python loop per id cost as much as the rest of the call).
-    diffs = list(map(operator.sub, itertools.islice(ids, 1, None), ids))
-    cuts: list[int] = []
-    _breaks(diffs, 0, len(diffs), cuts)
-    start = 0
-    for end in [c + 1 for c in cuts] + [len(ids)]:
+    mask, n, start = MAX_QUEUES - 1, len(ids), 0
+    while start < n:
+        end = _run_end(ids, start, n)
         runs.append((ids[start] & mask, ids[start] >> QUEUE_INDEX_BITS, end - start, start))
         start = end
     by_queue: dict[int, list[tuple[int, int]]] = {}
@@ -48,16 +39,38 @@ def id_runs(ids: list[int]) -> list[tuple[int, int, int, int]] | None:
     return runs
 
 
-def _breaks(diffs: list[int], a: int, b: int, out: list[int]) -> None:
-    """Append to ``out``, in order, the positions in ``diffs[a:b]`` that are not ``MAX_QUEUES``."""
-    if b <= a or diffs[a:b].count(MAX_QUEUES) == b - a:
-        return
-    if b - a == 1:
-        out.append(a)
-        return
-    middle = (a + b) // 2
-    _breaks(diffs, a, middle, out)
-    _breaks(diffs, middle, b, out)
+def _run_end(ids: list[int], start: int, n: int) -> int:
+    """The end of the run of consecutive ids that starts at ``start``.
+
+    A run is found by its ends, a few Python steps per run, then checked whole by one list
+    comparison in C: a list of ``batch_submit`` ids (a few runs of thousands) costs a copy
+    and a compare per id, where a difference per id in Python cost as much as the rest of
+    ``as_completed``. The ends are found by galloping then bisecting on "the id at ``k`` is
+    ``k - start`` seqs after the first", which holds at both ends of a run but may hold
+    past one too; so the run found is checked, and on a mismatch the ids are walked one
+    by one up to it (ids that only look consecutive at the ends: rare)."""
+    first = ids[start]
+    step = 1
+    good, bad = start, n  # ids[good] fits the run; ids[bad] does not (or is past the end)
+    while good + step < n:
+        if ids[good + step] == first + (good + step - start) * MAX_QUEUES:
+            good += step
+            step *= 2
+        else:
+            bad = good + step
+            break
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if ids[middle] == first + (middle - start) * MAX_QUEUES:
+            good = middle
+        else:
+            bad = middle
+    end = good + 1
+    if end - start > 1 and ids[start:end] != list(range(first, first + (end - start) * MAX_QUEUES, MAX_QUEUES)):
+        end = start + 1
+        while end < n and ids[end] == ids[end - 1] + MAX_QUEUES:
+            end += 1
+    return end
 
 
 class StreamClaim:

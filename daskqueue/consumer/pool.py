@@ -36,6 +36,7 @@ from daskqueue.compat.consumer_pool import (
 )
 from daskqueue.consumer.pool_async import ConsumerPoolAsync
 from daskqueue.opening import OpensOnAwait
+from daskqueue.outcome_stream import OutcomeStream
 from daskqueue.queue.actors import NO_WORKERS_HINT, can_grow
 from daskqueue.queue.pool import QueuePool, _not_in_client_loop
 from daskqueue.validate import check_choice, check_number
@@ -278,10 +279,10 @@ class ConsumerPool(ConsumerPool020, ConsumerPoolAsync, OpensOnAwait):
 
         Client memory stays flat however many tasks stream through (one poll's outcomes at
         a time): the call to use for millions of tasks. Raises what ``join`` raises
-        (:class:`JoinTimeoutError` after ``timeout`` seconds).
+        (:class:`JoinTimeoutError` after ``timeout`` seconds). Returns an iterator that, like
+        a generator, has ``close()`` (stop early; see :class:`~daskqueue.outcome_stream.OutcomeStream`).
         """
-        for batch in self.outcome_batches(ids, timeout):
-            yield from batch
+        return OutcomeStream(self.outcome_batches(ids, timeout))
 
     def outcome_batches(self, ids: Iterable[int] | None, timeout: float | None) -> Iterator[list[tuple[int, Any]]]:
         """The outcomes of ``as_completed``, a poll's worth at a time."""

@@ -17,6 +17,7 @@ else is per chunk or per group.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
@@ -193,8 +194,16 @@ def encode_payloads(
     return encode_chunks(len(sources), size, encode_chunk, batches=batches, lazy=lazy)
 
 
-def _arguments(chunk: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
-    return [t[1:] for t in chunk]
+_arguments = operator.itemgetter(slice(1, None))  # task -> its arguments (``t[1:]``)
+_argument = operator.itemgetter(1)  # a one-argument task -> its argument
+_function = operator.itemgetter(0)
+
+
+def _one_argument_tasks(tasks: list[Any]) -> bool:
+    """Whether every task is a plain tuple ``(func, x)``: their payloads ``(x,)`` are then
+    packed as the bare arguments, as ``map``'s are (no tuple per task on either side)."""
+    n = len(tasks)  # list.count finds the cached 2 and the tuple type by identity: C speed
+    return list(map(len, tasks)).count(2) == n and list(map(type, tasks)).count(tuple) == n
 
 
 def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: int,
@@ -202,20 +211,24 @@ def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: i
     """The fast path of ``batch_submit``: tasks ``(func, *args)`` that all call one function.
 
     Returns ``None`` when the tasks are anything else; the general path (:func:`encode_calls`
-    after :func:`calls_from_tasks`) then validates them one by one.
+    after :func:`calls_from_tasks`) then validates them one by one. The arguments are read
+    chunk by chunk by C-level getters (a comprehension per task cost as much as the pickling).
     """
     try:
-        funcs = {t[0] for t in tasks}
-    except Exception:  # not subscriptable, empty, or an unhashable "function"
+        funcs = list(map(_function, tasks))
+        if not funcs or funcs.count(funcs[0]) != len(funcs):
+            return None
+    except Exception:  # not subscriptable, empty, or a "function" whose == raises
         return None
-    if len(funcs) != 1:
-        return None
-    (func,) = funcs
+    func = funcs[0]
+    del funcs
     if not callable(func) or not all(isinstance(t, (tuple, list)) for t in tasks[:1]):
         return None
-    return encode_payloads(tasks, _arguments, kind=Kind.CALL, function=pickle_function(func),
-                           options=options, size=size, limit=limit, what="arguments", batches=batches,
-                           pack_max_bytes=pack_max_bytes)  # type: ignore[return-value]
+    one = _one_argument_tasks(tasks)
+    return encode_payloads(tasks, (lambda chunk: list(map(_argument if one else _arguments, chunk))),
+                           kind=Kind.CALL, function=pickle_function(func), options=options, size=size,
+                           limit=limit, what="arguments", batches=batches, pack_max_bytes=pack_max_bytes,
+                           one_argument=one)  # type: ignore[return-value]
 
 
 def calls_from_tasks(tasks: Sequence[Any]) -> list[Call]:
