@@ -47,6 +47,7 @@ from daskqueue.scheduler_plugin import (  # re-exported: their users import them
     MembershipPlugin,
     queue_target,
 )
+from daskqueue.warm import warm_workers
 
 __all__ = ["MembershipPlugin", "Membership", "membership", "forget", "queue_target", "TOPIC", "LOAD_TOPIC",
            "HANDOFF_TIMEOUT_S", "LOAD_STALE_S"]
@@ -101,6 +102,7 @@ class Membership:
             logger.warning("daskqueue: cannot register the membership plugin on the scheduler "
                            "(%s); following the scheduler's 'all' events instead", e)
             topic = "all"
+        warm_workers(client)  # a queue that moves to another worker finds its modules loaded
         # Subscribe first, then read the list: a change in between is seen by both, never
         # by neither.
         client.subscribe_topic(topic, self._events.put)
