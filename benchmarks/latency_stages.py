@@ -154,6 +154,25 @@ def _order(stage: str) -> tuple[int, int | str]:
     return (1, 0) if stage.startswith("total") else (2, stage)
 
 
+def sample(client: Any, qp: Any, cp: Any, task: Any, drop: Any, args: Any) -> list[dict[str, float]]:
+    """``args.n`` single tasks ``cp.result(qp.submit(task, i))``, ``args.gap_ms`` idle before
+    each, after ``args.warmup`` untimed ones (whose worker records ``drop`` clears): the
+    client's wall clock at submit, submitted, result, and what the task returned."""
+    for i in range(args.warmup):
+        cp.result(qp.submit(task, -i), timeout=60)
+    client.run(drop)
+    samples: list[dict[str, float]] = []
+    for i in range(args.n):
+        time.sleep(args.gap_ms / 1000)
+        t0 = time.time()
+        tid = qp.submit(task, i)
+        t_sub = time.time()
+        started = cp.result(tid, timeout=60)
+        t1 = time.time()
+        samples.append({"t0": t0, "t_submitted": t_sub, "t1": t1, "started": started})
+    return samples
+
+
 def main() -> None:
     p = common.parser("latency_stages", __doc__)
     p.add_argument("--n", type=positive, default=200, help="samples")
@@ -162,7 +181,6 @@ def main() -> None:
     p.add_argument("--isolation", default="auto", help="consumers' isolation (auto: a child process)")
     args = p.parse_args()
     env = common.environment("latency_stages")
-    samples: list[dict[str, float]] = []
     # By reference (run as __main__, cloudpickle would send copies with their own RECORDS)
     from benchmarks.latency_stages import install, stamp, take
 
@@ -170,17 +188,7 @@ def main() -> None:
         pids = client.run(install)
         log(f"stage wrappers installed on {len(pids)} workers")
         with daskqueue_pools(client, isolation=args.isolation) as (qp, cp):
-            for i in range(args.warmup):
-                cp.result(qp.submit(stamp, -i), timeout=60)
-            client.run(take)
-            for i in range(args.n):
-                time.sleep(args.gap_ms / 1000)
-                t0 = time.time()
-                tid = qp.submit(stamp, i)
-                t_sub = time.time()
-                started = cp.result(tid, timeout=60)
-                t1 = time.time()
-                samples.append({"t0": t0, "t_submitted": t_sub, "t1": t1, "started": started})
+            samples = sample(client, qp, cp, stamp, take, args)
             per_worker = client.run(take)
     records = sorted((r for recs in per_worker.values() for r in recs), key=lambda r: r[2])
     per_stage: dict[str, list[float]] = {}

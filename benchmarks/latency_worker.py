@@ -26,6 +26,7 @@ from typing import Any
 
 from benchmarks import common
 from benchmarks.common import daskqueue_pools, local_cluster, log, positive
+from benchmarks.latency_stages import sample
 
 #: The records of this process: (probe, "in" | "out", wall time).
 RECORDS: list[tuple[str, str, float]] = []
@@ -186,24 +187,13 @@ def main() -> None:
     env = common.environment("latency_worker")
     from benchmarks.latency_worker import install, stamp, take
 
-    samples: list[dict[str, float]] = []
     with local_cluster(args.workers, args.threads) as client:
         missing = client.run(install, probes, bool(args.loop_trace))
         for worker, names in missing.items():
             if names:
                 log(f"{worker}: no such function here, not probed: {names}")
         with daskqueue_pools(client, isolation=args.isolation) as (qp, cp):
-            for i in range(args.warmup):
-                cp.result(qp.submit(stamp, -i), timeout=60)
-            client.run(take)
-            for i in range(args.n):
-                time.sleep(args.gap_ms / 1000)
-                t0 = time.time()
-                tid = qp.submit(stamp, i)
-                t_sub = time.time()
-                started = cp.result(tid, timeout=60)
-                t1 = time.time()
-                samples.append({"t0": t0, "t_submitted": t_sub, "t1": t1, "started": started})
+            samples = sample(client, qp, cp, stamp, take, args)
             per_worker = client.run(take)
     records = sorted((r for recs in per_worker.values() for r in recs), key=lambda r: r[2])
     events: dict[str, list[float]] = {}
