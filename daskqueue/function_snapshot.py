@@ -19,14 +19,16 @@ pickles again. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import types
-from typing import Any, Callable
-
 import itertools
 import operator
 import sys
+import types
+from typing import Any, Callable
 
-from cloudpickle.cloudpickle import _extract_code_globals, _is_registered_pickle_by_value
+try:  # cloudpickle's own view of what a function's pickle holds (private: guarded)
+    from cloudpickle.cloudpickle import _extract_code_globals, _is_registered_pickle_by_value
+except ImportError:  # another cloudpickle: nothing is cached, every call pickles
+    _extract_code_globals = None  # type: ignore[assignment]
 
 __all__ = ["parts", "snapshot", "same"]
 
@@ -81,7 +83,7 @@ def _contents(cell: Any) -> Any:
 def snapshot(func: Callable[..., Any]) -> tuple[Any, ...] | None:
     """:func:`parts` of plain function ``func``, or ``None`` if one of them may change
     without changing its identity (see the module docstring)."""
-    if type(func) is not types.FunctionType or func.__dict__:
+    if type(func) is not types.FunctionType or func.__dict__ or _extract_code_globals is None:
         return None
     now = parts(func)
     objects = now[5:]  # the code, the names and the docstring are immutable
