@@ -8,10 +8,9 @@ wake-ups, and the queue's worker writes the put's answer (0.3-0.4 ms of its loop
 idle gap, at a time when the task's run and settle wait on that loop) although the outcome
 follows less than a millisecond later. So the put's answer of such a pair is *held*: it
 goes out with the poll's answer in one write, or after :data:`PUT_HOLD_S` at the latest
-(a long task: ``submit`` returns at most that much later than it would have). Only a
-small put (:data:`PAIR_MAX_PUT_BYTES`) and a poll that arrived together are paired: a put
-with no poll of its own (a ``submit`` loop while a poll is in flight) or a big one (a
-``map``'s batch) is answered at once. Holding an answer changes nothing stored: a put is
+(a long task: ``submit`` returns at most that much later than it would have). Only the
+pair that arrived together is held: a put with no poll of its own (a ``submit`` loop, a
+map's batches) is answered at once. Holding an answer changes nothing stored: a put is
 stored before it is answered, and a connection lost meanwhile sends the put again through
 Dask, with its token (the queue answers it without storing it twice).
 """
@@ -21,14 +20,10 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
-__all__ = ["PAIR_MAX_PUT_BYTES", "PUT_HOLD_S", "Replies"]
+__all__ = ["PUT_HOLD_S", "Replies"]
 
 #: The longest a put's answer waits for the outcome poll that came with it.
 PUT_HOLD_S = 0.002
-
-#: Only a put blob this small pairs with a poll: a single task's (``submit``), not a
-#: ``map``'s batch, whose sender waits on each put's answer to pipeline the next.
-PAIR_MAX_PUT_BYTES = 4096
 
 
 class Replies:

@@ -26,7 +26,7 @@ import pickle
 import socket
 from typing import Any
 
-from daskqueue.queue.lane_replies import PAIR_MAX_PUT_BYTES, Replies
+from daskqueue.queue.lane_replies import Replies
 from daskqueue.queue.lane_wire import (
     ERROR,
     FALLBACK,
@@ -146,7 +146,7 @@ class _LaneProtocol(asyncio.Protocol):
                 args = decode_args(memoryview(buf)[pos + head : pos + head + length])
                 pos += head + length
                 if method == "put_batch":
-                    put_rid = rid if len(args[0]) <= PAIR_MAX_PUT_BYTES else None
+                    put_rid = rid
                 elif method == "fetch_outcomes" and put_rid is not None:
                     self._replies.pair(put_rid, rid)  # submit's put and poll, in one write
                     put_rid = None
