@@ -26,7 +26,6 @@ import pickle
 import socket
 from typing import Any
 
-from daskqueue.queue.lane_replies import Replies
 from daskqueue.queue.lane_wire import (
     ERROR,
     FALLBACK,
@@ -98,7 +97,6 @@ class _LaneProtocol(asyncio.Protocol):
         self._buf = bytearray()
         self._hello = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._replies = Replies(self._write)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -112,7 +110,6 @@ class _LaneProtocol(asyncio.Protocol):
         self._transport = None
 
     def close(self, last: bytes = b"") -> None:
-        self._replies.flush()
         transport = self._transport
         if transport is not None and not transport.is_closing():
             if last:
@@ -133,7 +130,6 @@ class _LaneProtocol(asyncio.Protocol):
                 self._hello = True
                 del buf[:need]
             pos, size, head = 0, len(buf), HEADER.size
-            put_rid = None
             while size - pos >= head:
                 length, rid, code = HEADER.unpack_from(buf, pos)
                 if length > MAX_FRAME_BYTES:
@@ -145,11 +141,6 @@ class _LaneProtocol(asyncio.Protocol):
                     raise LaneProtocolError(f"unknown method code {code}")
                 args = decode_args(memoryview(buf)[pos + head : pos + head + length])
                 pos += head + length
-                if method == "put_batch":
-                    put_rid = rid
-                elif method == "fetch_outcomes" and put_rid is not None:
-                    self._replies.pair(put_rid, rid)  # submit's put and poll, in one write
-                    put_rid = None
                 task = asyncio.get_running_loop().create_task(self._run(rid, method, args))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -180,15 +171,12 @@ class _LaneProtocol(asyncio.Protocol):
         except Exception:  # Dask has its own ways (cloudpickle): let it carry this one
             self._reply(rid, FALLBACK)
             return
-        self._reply(rid, status, body, may_hold=status == OK and method == "put_batch")
+        self._reply(rid, status, body)
 
-    def _reply(self, rid: int, status: int, body: bytes = b"", *, may_hold: bool = False) -> None:
-        self._replies.send(rid, encode_reply(rid, status, body), may_hold=may_hold)
-
-    def _write(self, frame: bytes) -> None:
+    def _reply(self, rid: int, status: int, body: bytes = b"") -> None:
         transport = self._transport
         if transport is not None and not transport.is_closing():
-            transport.write(frame)
+            transport.write(encode_reply(rid, status, body))
 
 
 class LaneMixin:
