@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from typing import Any, Callable, Sequence
 
 from daskqueue import defaults
@@ -44,41 +43,6 @@ def check_keys(keys: Sequence[Any], n: int, *, key: str | None, typed: str | Non
         if not isinstance(k, str):
             raise ConfigurationError(f"key {i} must be a str, got {k!r:.80}")
     return keys
-
-
-#: A send of at least this many messages without a claim (``batch_submit``) files the
-#: outcomes that arrive while it waits for its puts' answers (see :class:`_EarlyFiling`).
-FILE_WHILE_SENDING_MIN = 50_000
-#: How long such a poll lets a queue with nothing new hold it, and the least time between two.
-FILE_WHILE_SENDING_WAIT_S = 0.002
-FILE_WHILE_SENDING_GAP_S = 0.01
-
-
-class _EarlyFiling:
-    """Fetches and files outcomes while a big send waits for its puts' answers.
-
-    The queues answer a put once it is stored, and a million-message ``batch_submit`` waited
-    0.06-0.18 s for its answers doing nothing, while the first puts already ran: the outcomes
-    they produced were then all fetched and filed by the ``join`` or ``as_completed`` that
-    follows, on its critical path. Only a poll (files them, parked: cheap to hand to an
-    ``as_completed`` claim later), never more; a long poll already in flight is reused, never
-    duplicated. A poll that fails is left to the next caller to meet (logged, not raised:
-    the submission's own errors are its answers')."""
-
-    def __init__(self, collector: ResultCollector) -> None:
-        self._collector = collector
-        self._last = 0.0
-
-    def while_waiting(self, pending: Pending) -> None:
-        """Poll once if ``pending`` is not answered yet and no poll ran just before."""
-        now = time.monotonic()
-        if pending.future.done() or now - self._last < FILE_WHILE_SENDING_GAP_S:
-            return
-        self._last = now
-        try:
-            self._collector.poll(wait_s=FILE_WHILE_SENDING_WAIT_S)
-        except Exception as e:  # noqa: BLE001 - reported by the next poll that needs it
-            logger.debug("outcome poll during a send failed: %s: %s", type(e).__name__, e)
 
 
 class Sender:
@@ -137,10 +101,7 @@ class Sender:
         if claim is None and sends and n <= PRIME_MAX_MESSAGES:
             self.collector.prime(q for q, *_ in sends)
         ids: list[Any] = [None] * n if into is None else into
-        early = _EarlyFiling(self.collector) if claim is None and n >= FILE_WHILE_SENDING_MIN else None
         for q, (groups, funcs, positions), blob, token, pending in sends:
-            if early is not None:
-                early.while_waiting(pending)
             try:
                 try:
                     allocated = self._put_answer(q, pending, blob, token)
