@@ -11,8 +11,6 @@ twice). Pure: no Dask, no clock, no I/O; the collector calls it under its lock.
 
 from __future__ import annotations
 
-from itertools import islice
-from operator import eq
 from typing import Any
 
 from daskqueue.errors import RemoteTaskError
@@ -50,9 +48,7 @@ def _run_end(ids: list[int], start: int, n: int) -> int:
     ``as_completed``. The ends are found by galloping then bisecting on "the id at ``k`` is
     ``k - start`` seqs after the first", which holds at both ends of a run but may hold
     past one too; so the run found is checked, and on a mismatch the ids are walked one
-    by one up to it (ids that only look consecutive at the ends: rare). The check compares
-    id by id in C without a list of the expected ids: that list (100,000 new ints per chunk
-    of ``as_completed``) cost several times the comparison on a busy machine."""
+    by one up to it (ids that only look consecutive at the ends: rare)."""
     first = ids[start]
     step = 1
     good, bad = start, n  # ids[good] fits the run; ids[bad] does not (or is past the end)
@@ -70,8 +66,7 @@ def _run_end(ids: list[int], start: int, n: int) -> int:
         else:
             bad = middle
     end = good + 1
-    if end - start > 1 and not all(map(eq, islice(ids, start, end),
-                                        range(first, first + (end - start) * MAX_QUEUES, MAX_QUEUES))):
+    if end - start > 1 and ids[start:end] != list(range(first, first + (end - start) * MAX_QUEUES, MAX_QUEUES)):
         end = start + 1
         while end < n and ids[end] == ids[end - 1] + MAX_QUEUES:
             end += 1
