@@ -269,7 +269,7 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         for chunk, delay_s in chunks:
             self._core.put(chunk, now=now, not_before=now + delay_s if delay_s > 0 else None)
         self._sweep_functions_if_due()  # after the put: its functions are in use
-        if any(d > 0 for _, d in chunks):
+        if not self._reported_work or any(d > 0 for _, d in chunks):  # a load report, a due time
             self._reschedule()
         self._notify_ready()
         self._work_changed()

@@ -140,8 +140,15 @@ class SweeperMixin:
             logger.exception("queue %d: storage housekeeping failed", self.index)
 
     def _reschedule(self) -> None:
-        """Wake the sweeper if something now falls due before its planned wakeup."""
+        """Wake the sweeper if something now falls due before its planned wakeup: a lease
+        deadline, a delayed message, or a load report (work came to a queue that had said it
+        had none: ``adapt`` must hear of it within ``LOAD_REPORT_S``, not at the sweeper's
+        next chore)."""
         wakeup = self._core.next_wakeup()
+        report = self._report_due_in()
+        if report is not None:
+            at = self._now() + report
+            wakeup = at if wakeup is None else min(wakeup, at)
         if wakeup is not None and (self._sweep_at is None or wakeup < self._sweep_at):
             self._sweep_at = wakeup
             assert self._timer_changed is not None
