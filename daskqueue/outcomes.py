@@ -266,12 +266,7 @@ class Outcomes:
         round then fetches what arrived meanwhile in one go, instead of one round per
         consumer's settlement (the client's CPU per task is what bounds a big ``map``)."""
         if pending is not None and pending <= PRIME_MAX_MESSAGES:
-            try:
-                self.poll(wait_s=defaults.POLL_INTERVAL_S, deadline=deadline)
-            except QueueCallTimeoutError as e:
-                if deadline is None:
-                    raise
-                raise _timed_out(timeout_s, e) from e
+            self._await_outcomes(deadline, timeout_s)
         else:
             time.sleep(defaults.POLL_INTERVAL_S)
 
