@@ -25,12 +25,14 @@ import sys
 import types
 from typing import Any, Callable
 
+from daskqueue.lru import LRU
+
 try:  # cloudpickle's own view of what a function's pickle holds (private: guarded)
     from cloudpickle.cloudpickle import _extract_code_globals, _is_registered_pickle_by_value
 except ImportError:  # another cloudpickle: nothing is cached, every call pickles
     _extract_code_globals = None  # type: ignore[assignment]
 
-__all__ = ["parts", "snapshot", "same"]
+__all__ = ["ByValueCache", "parts", "snapshot", "same"]
 
 _IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, range, type(Ellipsis))
 _MISSING = object()
@@ -96,3 +98,28 @@ def same(before: tuple[Any, ...], func: Callable[..., Any]) -> bool:
     the same object pickles the same; a different one makes the caller pickle again."""
     now = parts(func)  # type: ignore[arg-type]
     return len(now) == len(before) and all(map(operator.is_, now, before))
+
+
+class ByValueCache:
+    """The last pickle of each by-value function, reused while :func:`same` holds (a
+    ``submit`` loop over a notebook function pickles it once). A pickle larger than
+    ``max_bytes`` is not kept: it would hold large globals alive."""
+
+    def __init__(self, entries: int, max_bytes: int = 64 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self._entries: LRU[Any, tuple[tuple[Any, ...], Any]] = LRU(entries)
+
+    def get_or_make(self, func: Callable[..., Any], make: Callable[[], Any]) -> Any:
+        """``func``'s kept pickle if it is still made of the same objects, else ``make()``
+        (an object with ``data`` bytes), kept when ``func`` can be snapshotted."""
+        try:
+            entry = self._entries.get(func)
+        except TypeError:  # unhashable callable object
+            return make()
+        if entry is not None and same(entry[0], func):
+            return entry[1]
+        taken = snapshot(func)
+        pickled = make()
+        if taken is not None and len(pickled.data) <= self.max_bytes:
+            self._entries.put(func, (taken, pickled))
+        return pickled

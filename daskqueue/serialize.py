@@ -36,7 +36,7 @@ import cloudpickle
 
 from daskqueue import defaults
 from daskqueue.errors import InvalidTaskError, PayloadTooLargeError, SerializationError
-from daskqueue.function_snapshot import same, snapshot
+from daskqueue.function_snapshot import ByValueCache
 from daskqueue.lru import LRU
 
 __all__ = [
@@ -112,12 +112,10 @@ def _unresolvable(obj: Any) -> bool:
 #: Functions pickled by reference (the pickle is a name: it never changes), by function.
 _by_reference_cache: LRU[Any, PickledFunction] = LRU(defaults.FUNCTION_CACHE_ENTRIES)
 
-#: Functions pickled by value, with what their pickle was made of (see
-#: :mod:`daskqueue.function_snapshot`): reused while none of it changed.
-_by_value_cache: LRU[Any, tuple[tuple[Any, ...], PickledFunction]] = LRU(defaults.FUNCTION_CACHE_ENTRIES)
-
-#: A by-value pickle larger than this is not kept (it would hold large globals alive).
-BY_VALUE_CACHE_MAX_BYTES = 64 * 1024
+#: Functions pickled by value, reused while made of the same objects (see
+#: :mod:`daskqueue.function_snapshot`).
+_by_value_cache = ByValueCache(defaults.FUNCTION_CACHE_ENTRIES)
+BY_VALUE_CACHE_MAX_BYTES = _by_value_cache.max_bytes
 
 
 def pickle_function(func: Callable[..., Any], *, index: int | None = None) -> PickledFunction:
@@ -137,24 +135,8 @@ def pickle_function(func: Callable[..., Any], *, index: int | None = None) -> Pi
         return cached
     by_value = _by_value(func)
     if by_value:
-        return _pickle_by_value(func, index)
+        return _by_value_cache.get_or_make(func, lambda: _pickle_new(func, index, True))
     return _pickle_new(func, index, by_value)
-
-
-def _pickle_by_value(func: Callable[..., Any], index: int | None) -> PickledFunction:
-    """A by-value function's pickle: the last one while the function is made of the same
-    objects (a ``submit`` loop over a notebook function pickles it once), else a new one."""
-    try:
-        entry = _by_value_cache.get(func)
-    except TypeError:  # unhashable callable object
-        return _pickle_new(func, index, True)
-    if entry is not None and same(entry[0], func):
-        return entry[1]
-    parts = snapshot(func)
-    pickled = _pickle_new(func, index, True)
-    if parts is not None and len(pickled.data) <= BY_VALUE_CACHE_MAX_BYTES:
-        _by_value_cache.put(func, (parts, pickled))
-    return pickled
 
 
 def _pickle_new(func: Callable[..., Any], index: int | None, by_value: bool) -> PickledFunction:
