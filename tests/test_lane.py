@@ -214,10 +214,13 @@ def test_closing_the_pool_closes_the_lane_on_both_sides(pools, client):
 @pytest.mark.timeout(120)
 def test_an_asynchronous_client_calls_through_dask(client):
     async def main():
-        async with Client(client.scheduler.address, asynchronous=True) as aclient:
+        # set_as_default=False leaves the synchronous session client Dask's current one, as
+        # in a notebook holding both: the pool's handles must still call through aclient.
+        async with Client(client.scheduler.address, asynchronous=True, set_as_default=False) as aclient:
             qp = await QueuePool(aclient, 1)
             try:
                 ids = await qp.batch_submit_async([(tasks.double, 1)])
+                assert qp.queues[0]._client is aclient
                 return ids, lane_allowed(aclient, qp.queues[0]._address), qp.queues[0].lane_peer()
             finally:
                 await qp.close_async()

@@ -58,12 +58,27 @@ class DirectActor(Actor):
     made through Dask again if the lane fails); otherwise (an asynchronous client, on a
     worker, in the loop) it behaves exactly like ``Actor`` (workers always call each other
     directly). It pickles as a plain ``Actor``, never with its lane.
+
+    ``client`` is the client whose calls these are (a pool passes its own). Without it the
+    handle binds Dask's current client, which is not the pool's when a process holds two
+    (a synchronous and an asynchronous one, say): the handle then took the other's lane.
     """
 
-    def __init__(self, cls: type, address: str, key: str, worker: Any = None) -> None:
+    def __init__(self, cls: type, address: str, key: str, worker: Any = None, client: Any = None) -> None:
+        self._bind_to = client  # read by _try_bind_worker_client, which Actor's __init__ calls
         super().__init__(cls, address, key, worker)
         self._lane: LaneClient | None = None
         self._lane_checked = False
+
+    def _try_bind_worker_client(self) -> None:
+        client = self.__dict__.get("_bind_to")
+        if client is None or self._client is not None or self._worker is not None:
+            super()._try_bind_worker_client()
+            return
+        from distributed import Future
+
+        self._client = client
+        self._future = Future(self.key, client)
 
     @property
     def _worker_rpc(self) -> Any:

@@ -356,7 +356,7 @@ class Follower:
     def _handle_of(self, q: int, handle: Any) -> Any:
         old = self.table.handles[q]
         direct = self.direct if isinstance(old, Unplaced) else isinstance(old, DirectActor)
-        return direct_handles([handle], direct=direct)[0]
+        return direct_handles([handle], client=self.pool.client, direct=direct)[0]
 
     def install(self, q: int, handle: Any, future: Any) -> None:
         """Queue ``q`` lives at ``handle`` from now on: route there, point every consumer

@@ -115,19 +115,20 @@ def worker_handle(ref: Any) -> Any:
 
 
 def direct_handles(
-    handles: list[Any], *, direct: bool | None = None, probe_timeout_s: float = PROBE_TIMEOUT_S
+    handles: list[Any], *, client: Any = None, direct: bool | None = None, probe_timeout_s: float = PROBE_TIMEOUT_S
 ) -> list[Any]:
     """``handles`` as :class:`DirectActor` handles, if the client reaches their workers.
 
     ``direct=None`` probes one call per handle (``stats``) and keeps the plain handles, via
     the scheduler, if any probe fails; ``True`` uses direct handles without probing;
-    ``False`` returns ``handles`` unchanged.
+    ``False`` returns ``handles`` unchanged. ``client`` is the pool's client, which the
+    handles call through (default: the client Dask holds current).
     """
     if direct is False:
         return handles
     from daskqueue.queue.actor_handles import DirectActor
 
-    wrapped = [DirectActor(h._cls, h._address, h.key) for h in handles]
+    wrapped = [DirectActor(h._cls, h._address, h.key, client=client) for h in handles]
     if direct is True:
         return wrapped
     try:

@@ -222,7 +222,7 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
         if workers:
             handles, futures = start_actors(self.client, queue_class, queue_args, self.queue_kwargs(),
                                             [workers[i % len(workers)] for i in range(n)], spread=len(workers) >= n)
-            handles = direct_handles(handles, direct=direct_to_workers)
+            handles = direct_handles(handles, client=self.client, direct=direct_to_workers)
         else:  # the queues start on the first worker that joins (see Follower.rest_new)
             handles, futures = [Unplaced(queue_class, i) for i in range(n)], [None] * n
         self.collector = ResultCollector(n, self._call, self._answer)

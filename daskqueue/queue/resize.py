@@ -44,7 +44,7 @@ def add_queues(pool: Any, k: int) -> list[int]:
     except BaseException:
         pool.config = previous
         raise
-    table.grow(direct_handles(handles, direct=isinstance(table.handles[0], DirectActor)), futures)
+    table.grow(direct_handles(handles, client=pool.client, direct=isinstance(table.handles[0], DirectActor)), futures)
     pool.collector.add_queues(k)
     pool.follower.share_peers()
     nodes = pool.router.targets + new
