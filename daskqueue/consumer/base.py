@@ -257,9 +257,11 @@ class ConsumerBase:
         self._orphan_close = asyncio.get_running_loop().create_task(self.close())
 
     async def stats(self) -> ConsumerStats:
-        inflight = sum(b.count for b in self._slots.inflight.values())
+        held = self._slots.inflight
         return self._counters.snapshot(self.index, running=self._slots.loop_task is not None,
-                                       inflight_items=inflight, batch_size=self._sizer.size)
+                                       inflight_items=sum(b.count for b in held.values()),
+                                       batch_size=self._sizer.size,
+                                       inflight_queues=tuple(sorted({slot for slot, _ in held})))
 
     async def function_counts(self) -> dict[str, int]:
         """How many functions this consumer holds: pickled, unpickled, and in its child

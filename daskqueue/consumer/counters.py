@@ -33,6 +33,10 @@ class ConsumerStats:
     duration_buckets: tuple[int, ...] = ()
     duration_count: int = 0
     duration_sum_s: float = 0.0
+    #: Queues this consumer holds fetched batches of (running or waiting for a thread): a
+    #: queue being removed waits for them, since an early-acked batch's outcomes reach the
+    #: queue only after it ran.
+    inflight_queues: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -74,12 +78,13 @@ class Counters:
         self.duration_count += done
         self.duration_sum_s += run_s
 
-    def snapshot(self, index: int, *, running: bool, inflight_items: int, batch_size: int) -> ConsumerStats:
+    def snapshot(self, index: int, *, running: bool, inflight_items: int, batch_size: int,
+                 inflight_queues: tuple[int, ...] = ()) -> ConsumerStats:
         """These counters with the consumer's state, as the consumer's ``stats()``."""
         counts = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_by_bucket"}
         counts["duration_buckets"] = tuple(self.duration_buckets)
         return ConsumerStats(index=index, running=running, inflight_items=inflight_items,
-                             batch_size=batch_size, **counts)
+                             batch_size=batch_size, inflight_queues=inflight_queues, **counts)
 
     def count(self, done: int, failed: int) -> None:
         """A settled batch: ``done`` messages ran, ``failed`` of them failed."""

@@ -86,7 +86,7 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
     while True:
         moved += move_from(pool, [index], nodes, everything=True)
         s = table.ask(index, "stats", deadline=_call_deadline(deadline))
-        if s.pending == 0 and time.monotonic() >= grace_until:
+        if s.pending == 0 and time.monotonic() >= grace_until and not _consumers_hold(pool, index):
             pool.poll_outcomes(queue_index=index)  # every outcome it holds, before it goes
             forward_records(pool, index, nodes)  # and every attached producer's, to a queue it reads
             if table.ask(index, "close_if_drained", deadline=_call_deadline(deadline)):
@@ -112,6 +112,15 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
         cp.on_queues_changed()
     logger.info("%r: queue %d removed; %d of its messages moved to the others", pool, index, moved)
     return moved
+
+
+def _consumers_hold(pool: Any, index: int) -> bool:
+    """Whether a consumer of ``pool`` still holds a batch it fetched from queue ``index``.
+    With ``early_ack`` such a batch is settled (not pending) but its outcomes reach the queue
+    only after it ran: closing the queue before would lose them. A consumer whose worker
+    died is left out of ``stats`` (its early-acked tasks are lost with it, as that option
+    says); each call is bounded (``ConsumerPool.stats``)."""
+    return any(index in s.inflight_queues for cp in pool.consumer_pools() for s in cp.stats())
 
 
 def _any_attached(pool: Any) -> bool:
