@@ -218,11 +218,16 @@ def test_an_asynchronous_client_calls_through_dask(client):
         # in a notebook holding both: the pool's handles must still call through aclient.
         async with Client(client.scheduler.address, asynchronous=True, set_as_default=False) as aclient:
             qp = await QueuePool(aclient, 1)
+            cp = await ConsumerPool(aclient, qp, n_consumers=1, isolation="thread")
             try:
                 ids = await qp.batch_submit_async([(tasks.double, 1)])
                 assert qp.queues[0]._client is aclient
+                assert all(h._client is aclient for h in cp.consumers)  # not the session's
+                # Read before join_async, whose blocking part runs on a thread: there the
+                # client is not "asynchronous" and the lane may serve it.
                 return ids, lane_allowed(aclient, qp.queues[0]._address), qp.queues[0].lane_peer()
             finally:
+                await cp.close_async()
                 await qp.close_async()
 
     ids, allowed, peer = asyncio.run(main())

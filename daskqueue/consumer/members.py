@@ -112,6 +112,9 @@ class Members:
         except BaseException:
             future.release()
             raise
+        from daskqueue.queue.actor_handles import bound_to  # imports Dask: the client's side only
+
+        bound_to(handle, self.client)
         return _Member(index, future, handle)
 
     def add(self, worker: str, *, strict: bool) -> None:

@@ -189,6 +189,22 @@ class DirectActor(Actor):
         raise answer["exception"]
 
 
+def bound_to(handle: Actor, client: Any) -> Actor:
+    """``handle`` (from ``future.result()`` of an actor's future) calling through ``client``.
+
+    Dask binds a handle it deserializes to its *current* client, which is not the caller's
+    when a process holds two (a synchronous one and an asynchronous one): the handle's calls
+    then went through the other client, and its reference to the actor's key kept the actor
+    alive after the caller released it. A handle on a worker is left as it is."""
+    if handle._worker is not None or handle._client is client or client is None:
+        return handle
+    from distributed import Future
+
+    handle._client = client
+    handle._future = Future(handle.key, client)
+    return handle
+
+
 class WorkerActor(Actor):
     """An ``Actor`` handle for use on a worker that holds no reference on the actor's key.
 

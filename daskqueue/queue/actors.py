@@ -9,6 +9,7 @@ from typing import Any
 from distributed import Client
 
 from daskqueue import defaults
+from daskqueue.queue.actor_handles import bound_to
 from daskqueue.queue.config import PoolConfig
 from daskqueue.queue.directory import prepare_pool_dir, queue_dir
 from daskqueue.queue.durable import DurableQueue
@@ -81,7 +82,8 @@ def start_actors(client: Client, cls: type, args: list[tuple[Any, ...]], kwargs:
                for a, w in zip(args, workers)]
     deadline = time.monotonic() + defaults.QUEUE_START_TIMEOUT_S
     try:
-        return [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures], futures
+        handles = [bound_to(f.result(timeout=max(0.0, deadline - time.monotonic())), client) for f in futures]
+        return handles, futures
     except BaseException:
         for f in futures:
             f.release()
