@@ -32,18 +32,21 @@ try:  # cloudpickle's own view of what a function's pickle holds (private: guard
 except ImportError:  # another cloudpickle: nothing is cached, every call pickles
     _extract_code_globals = None  # type: ignore[assignment]
 
-__all__ = ["ByValueCache", "parts", "snapshot", "same"]
+    def _is_registered_pickle_by_value(module: Any) -> bool:  # no such registry there
+        return False
+
+__all__ = ["ByValueCache", "frozen", "parts", "snapshot", "same"]
 
 _IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, range, type(Ellipsis))
 _MISSING = object()
 
 
-def _frozen(value: Any, depth: int = 0) -> bool:
+def frozen(value: Any, depth: int = 0) -> bool:
     """Whether ``value``'s pickle cannot change while its identity stays the same."""
     if isinstance(value, _IMMUTABLE) or isinstance(value, types.ModuleType):
         return True
     if isinstance(value, (tuple, frozenset)):
-        return depth < 4 and all(_frozen(v, depth + 1) for v in value)
+        return depth < 4 and all(frozen(v, depth + 1) for v in value)
     if isinstance(value, (types.BuiltinFunctionType, type, types.FunctionType)):
         return _by_reference(value)
     return False
@@ -89,7 +92,7 @@ def snapshot(func: Callable[..., Any]) -> tuple[Any, ...] | None:
         return None
     now = parts(func)
     objects = now[5:]  # the code, the names and the docstring are immutable
-    return now if all(v is _MISSING or _frozen(v) for v in objects) else None
+    return now if all(v is _MISSING or frozen(v) for v in objects) else None
 
 
 def same(before: tuple[Any, ...], func: Callable[..., Any]) -> bool:

@@ -36,7 +36,7 @@ import cloudpickle
 
 from daskqueue import defaults
 from daskqueue.errors import InvalidTaskError, PayloadTooLargeError, SerializationError
-from daskqueue.function_snapshot import ByValueCache
+from daskqueue.function_snapshot import ByValueCache, frozen
 from daskqueue.lru import LRU
 
 __all__ = [
@@ -151,12 +151,23 @@ def _pickle_new(func: Callable[..., Any], index: int | None, by_value: bool) -> 
             where = "" if index is None else f" (task {index} of the batch)"
             raise SerializationError(f"cannot pickle function {func!r}{where}: {e}", index=index) from first
     pickled = PickledFunction(hashlib.blake2b(data, digest_size=16).digest(), data)
-    if not by_value:
+    if not by_value and _pickle_cannot_change(func):
         try:
             _by_reference_cache.put(func, pickled)
         except TypeError:
             pass
     return pickled
+
+
+def _pickle_cannot_change(func: Callable[..., Any]) -> bool:
+    """Whether ``func``'s pickle stays the same while it is the same object, so it may be
+    kept by identity: a function or class (its pickle is its name), or a ``partial`` of one
+    with immutable arguments. A callable instance, a bound method or a partial holding a
+    list pickles the state it holds at that moment: kept, later calls would send stale
+    state (a partial's list appended to after its first ``submit``)."""
+    if isinstance(func, functools.partial):
+        return frozen((func.func, func.args, tuple(func.keywords.items())))
+    return frozen(func)
 
 
 class SentFunctions:

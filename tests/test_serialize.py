@@ -177,3 +177,36 @@ def test_a_partial_of_an_importable_function_stays_by_reference():
 
     pickled = pickle_function(functools.partial(tasks.add, 1))
     assert b"cloudpickle" not in pickled.data and pickle.loads(pickled.data)(2) == 3
+
+
+class _Scale:  # a callable instance: its pickle holds its state, not just a name
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, x):
+        return self.k * x
+
+
+def test_a_callable_holding_mutable_state_is_pickled_again_on_each_call():
+    """A partial holding a list, a callable instance, a bound method: their pickles carry
+    the state they hold at that moment, so the client must not reuse an older one."""
+    import functools
+
+    seen = []
+    growing = functools.partial(tasks.double, seen)
+    first = pickle_function(growing)
+    seen.append(1)
+    assert pickle.loads(pickle_function(growing).data).args == ([1],)
+    assert pickle_function(growing).digest != first.digest
+
+    scale = _Scale(2)
+    assert pickle.loads(pickle_function(scale).data)(3) == 6
+    scale.k = 5
+    assert pickle.loads(pickle_function(scale).data)(3) == 15
+    bound = scale.__call__
+    pickle_function(bound)
+    scale.k = 7
+    assert pickle.loads(pickle_function(bound).data)(3) == 21
+
+    fixed = functools.partial(tasks.double, 4)  # immutable arguments: kept
+    assert pickle_function(fixed) is pickle_function(fixed)
