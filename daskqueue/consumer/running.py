@@ -297,10 +297,12 @@ class RunSlots:
             if self.config.early_ack:
                 await self._record_abandoned(batch)
         except Exception:
-            logger.exception(
-                "consumer %d: settling lease %d failed; its messages will be redelivered",
-                self.index, batch.lease_id,
-            )
+            if self.config.early_ack:  # acked before it ran: nothing brings these outcomes back
+                logger.exception("consumer %d: recording the outcomes of early-acked lease %d failed; "
+                                 "they are lost", self.index, batch.lease_id)
+            else:
+                logger.exception("consumer %d: settling lease %d failed; its messages will be "
+                                 "redelivered", self.index, batch.lease_id)
         finally:
             del self.inflight[(batch.queue_slot, batch.lease_id)]
             slots.release()
