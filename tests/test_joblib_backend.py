@@ -36,9 +36,9 @@ def test_parallel_runs_on_the_pool_in_order(running):
     assert os.getpid() not in pids  # ran on the workers, not here
     # A batch travels as the argument of a task, never as its function (the client's
     # function cache would keep the batches, and their data, alive).
-    from daskqueue import serialize
+    from daskqueue import function_pickle
 
-    cached = list(serialize._by_reference_cache._entries)
+    cached = list(function_pickle._by_reference_cache._entries)
     assert not [f for f in cached if type(getattr(f, "fn", None)).__name__ == "BatchedCalls"]
 
 

@@ -8,7 +8,7 @@ import pickle
 import cloudpickle
 import pytest
 
-from daskqueue import serialize
+from daskqueue import function_pickle
 from daskqueue.serialize import pickle_function
 
 
@@ -29,7 +29,7 @@ def dumps_calls(monkeypatch):
         calls.append(obj)
         return real(obj, *args, **kwargs)
 
-    monkeypatch.setattr(serialize.cloudpickle, "dumps", counting)
+    monkeypatch.setattr(function_pickle.cloudpickle, "dumps", counting)
     return calls
 
 
@@ -113,7 +113,7 @@ def test_an_attribute_set_on_the_function_is_pickled_again():
 
 @pytest.mark.timeout(30)
 def test_a_large_by_value_pickle_is_not_kept(dumps_calls):
-    f, _ = _main_function("def f():\n    return len(BIG)\n", BIG=b"x" * (serialize.BY_VALUE_CACHE_MAX_BYTES + 1))
+    f, _ = _main_function("def f():\n    return len(BIG)\n", BIG=b"x" * (function_pickle.BY_VALUE_CACHE_MAX_BYTES + 1))
     pickle_function(f)
     pickle_function(f)
     assert len(dumps_calls) == 2

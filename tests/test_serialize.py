@@ -91,18 +91,18 @@ def test_result_records_of_older_stores_and_of_a_longer_future_layout_are_read()
 def test_the_client_keeps_the_newest_functions_pickled_by_reference_and_no_more():
     import functools
 
-    from daskqueue import defaults, serialize
+    from daskqueue import defaults, function_pickle
 
     partials = [functools.partial(tasks.double, i) for i in range(10_000)]  # pickled by reference
     for p in partials:
         pickle_function(p)
-    assert len(serialize._by_reference_cache) == defaults.FUNCTION_CACHE_ENTRIES
+    assert len(function_pickle._by_reference_cache) == defaults.FUNCTION_CACHE_ENTRIES
     assert pickle_function(partials[-1]) is pickle_function(partials[-1])  # the newest are cached
     assert pickle_function(tasks.double) is pickle_function(tasks.double)
 
 
 def test_ten_thousand_distinct_lambdas_leave_the_clients_function_tables_bounded():
-    from daskqueue import defaults, serialize
+    from daskqueue import defaults, function_pickle
     from daskqueue.queue.encode import PutOptions, encode_calls
     from daskqueue.serialize import SentFunctions
 
@@ -114,7 +114,7 @@ def test_ten_thousand_distinct_lambdas_leave_the_clients_function_tables_bounded
         sent.update(batch.funcs)
     assert shipped == 10_000
     assert len(sent) == defaults.SENT_FUNCTIONS_PER_QUEUE
-    assert len(serialize._by_reference_cache) <= defaults.FUNCTION_CACHE_ENTRIES
+    assert len(function_pickle._by_reference_cache) <= defaults.FUNCTION_CACHE_ENTRIES
     # A digest forgotten here is sent again (harmless: the queue keeps its copy); the newest is not.
     assert sent.unsent(batch.funcs) == {} and list(sent.unsent({b"old" * 4: b"f"})) == [b"old" * 4]
     sent.discard(next(iter(batch.funcs)))  # the queue said it dropped it: sent again next time
