@@ -33,7 +33,7 @@ from daskqueue.queue.call_checks import check_map_call, require_consumers
 from daskqueue.queue.encode import LazyBatches
 from daskqueue.queue.options import Eta
 from daskqueue.queue.router import waves
-from daskqueue.queue.stream_parts import Results, Sends, is_lost, runs_to_raise
+from daskqueue.queue.stream_parts import Results, Sends, is_lost, runs_to_raise, unstored_positions
 from daskqueue.results import MapClaim
 from daskqueue.serialize import pickle_function
 from daskqueue.validate import check_number
@@ -201,19 +201,6 @@ class _Stream:
         return any(c.fresh for c in self.chunks)
 
 
-def _unstored(error: BaseException, ids: list[int | None] | None, encoded: Any, n: int) -> list[int]:
-    """The positions of a chunk that no queue stored, after its send raised ``error``: from
-    the ids noted (a keyed chunk's), the send's ``stored_ids``, or, when a batch failed to
-    encode after the others were all stored, the positions from that batch on."""
-    stored = ids if ids is not None else getattr(error, "stored_ids", None)
-    if stored is not None:
-        return [p for p, i in enumerate(stored) if i is None]
-    batches = encoded.batches
-    if isinstance(batches, LazyBatches) and batches.error is error:
-        return list(range(batches.encoded, n))
-    return list(range(n))
-
-
 class Streaming:
     """``imap`` and ``imap_unordered`` of a pool (see the module docstring)."""
 
@@ -313,7 +300,7 @@ class Streaming:
             if isinstance(encoded.batches, LazyBatches):  # a batch after the first failed to encode
                 encoded.batches.raise_error()
         except BaseException as e:  # what was stored runs, unread
-            e.dq_unstored = _unstored(e, ids, encoded, claim.n)  # type: ignore[attr-defined]
+            e.dq_unstored = unstored_positions(e, ids, encoded, claim.n)  # type: ignore[attr-defined]
             raise
         return None
 
