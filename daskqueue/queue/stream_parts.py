@@ -1,7 +1,8 @@
 """The parts of a stream (``queue/streaming.py``) that are not its window: its puts, made in
 order on a thread of their own (:class:`Sends`), what ``imap`` returns (:class:`Results`,
 chained in C and closed like a generator), and the outcomes of a chunk's slice as runs to
-yield or errors to raise (:func:`runs_to_raise`)."""
+yield or errors to raise (:func:`runs_to_raise`), and which positions a failed put left
+unstored (:func:`unstored_positions`)."""
 
 from __future__ import annotations
 
