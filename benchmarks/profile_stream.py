@@ -65,6 +65,8 @@ def main() -> None:
     p.add_argument("--rate", type=int, default=200)
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--out", default=tempfile.gettempdir())
+    p.add_argument("--gil", action="store_true", help="py-spy --gil: only samples of the thread holding the GIL")
+    p.add_argument("--idle", action="store_true", help="py-spy --idle: idle threads' samples too")
     args = p.parse_args()
 
     from benchmarks import tasks
@@ -114,7 +116,18 @@ def main() -> None:
             qp.map(tasks.noop, range(n))
             stop()
 
+        def run_imap(ordered: bool) -> Callable[[], None]:
+            def run() -> None:
+                yield_start()
+                total = 0
+                for v in (qp.imap if ordered else qp.imap_unordered)(tasks.noop, (i for i in range(n))):
+                    total += v
+                stop()
+                assert total == n * (n - 1) // 2
+            return run
+
         shapes: dict[str, Callable[[], None]] = {"map": run_map, "as_completed": as_completed,
+                                                 "imap": run_imap(True), "imap_unordered": run_imap(False),
                                                  "submit_join_results": submit_join_results,
                                                  "batch_submit": batch_submit}
         for name in args.shapes.split(","):
@@ -124,7 +137,7 @@ def main() -> None:
             def yield_start() -> None:  # the clock and py-spy start once the inputs exist
                 started["spy"] = subprocess.Popen(
                     ["py-spy", "record", "--pid", str(os.getpid()), "--rate", str(args.rate), "--threads",
-                     "-f", "raw", "-o", raw, "--nonblocking"],
+                     "-f", "raw", "-o", raw, "--nonblocking"] + ["--gil"] * args.gil + ["--idle"] * args.idle,
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1.0)  # py-spy attaches
                 started["t0"] = time.perf_counter()

@@ -5,7 +5,7 @@ no-op tasks (default 1,000,000) go through each of:
 
 * ``map``: ``qp.map(noop, range(N))`` (the baseline every ratio is against);
 * ``imap`` and ``imap_unordered`` over a generator;
-* ``as_completed``: ``batch_submit`` in chunks (default 100,000), two in flight, the outcomes
+* ``as_completed``: ``batch_submit`` in chunks (default 100,000), two in flight (``--in-flight``), the outcomes
   of each taken with ``cp.as_completed(ids)`` and dropped (what the README recommends for
   millions of tasks), with the client's RSS growth;
 * ``batch_submit + join + results``: one ``batch_submit`` of N, ``cp.join()``,
@@ -89,19 +89,19 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 before = rss()
                 peak = 0
                 t0 = time.perf_counter()
-                pending = None
                 done = 0
                 sampling = 0.0  # time spent reading RSS (malloc_trim walks the heap): not the shape's
+                pending: list[list[int]] = []  # the chunks submitted and not yet taken
                 for k, batch in enumerate(batches):
-                    ids = qp.batch_submit(batch)
-                    if pending is not None:
-                        done += sum(1 for _ in cp.as_completed(pending, timeout=600))
+                    pending.append(qp.batch_submit(batch))
+                    if len(pending) >= args.in_flight:
+                        done += sum(1 for _ in cp.as_completed(pending.pop(0), timeout=600))
                         if k % 3 == 0:
                             a = time.perf_counter()
                             peak = max(peak, tasks.rss_trimmed() - before)
                             sampling += time.perf_counter() - a
-                    pending = ids
-                done += sum(1 for _ in cp.as_completed(pending, timeout=600))
+                for ids in pending:
+                    done += sum(1 for _ in cp.as_completed(ids, timeout=600))
                 s = time.perf_counter() - t0 - sampling
                 assert done == n
                 del batches
@@ -179,6 +179,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--chunk", type=int, default=100_000, help="as_completed: batch_submit chunk")
+    p.add_argument("--in-flight", type=int, default=2, help="as_completed: chunks submitted and not yet taken")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--isolation", default="auto")
     p.add_argument("--rounds", type=int, default=1)

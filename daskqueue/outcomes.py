@@ -300,8 +300,12 @@ class Outcomes:
         """The outcomes of ``as_completed``, a poll's worth at a time, each taken."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         if ids is not None:
-            listed = list(ids)
-            runs = id_runs(listed)
+            # A list batch_submit returned lately: its own copy and runs (no copy, no check
+            # per id); anything else is copied (the caller may change its list meanwhile).
+            known = self.collector.sent_ids.recall(ids) if type(ids) is list else None
+            listed, runs = known if known is not None else (list(ids), None)
+            if known is None:
+                runs = id_runs(listed)
             if runs is not None:
                 yield from self._claimed_batches(listed, runs, inflight, deadline, timeout_s)
                 return

@@ -26,6 +26,7 @@ from daskqueue.messages import MAX_QUEUES, decode_error, make_id, split_id
 from daskqueue.moved import MovedIds
 from daskqueue.outcome_polls import PRIME_MAX_MESSAGES, PRIMED_WAIT_S, PollsMixin, _Fetch
 from daskqueue.queue.producer_results import is_moved_record, moved_runs
+from daskqueue.sent_ids import SentIds
 from daskqueue.serialize import ResultRecord
 
 __all__ = ["ResultCollector", "MapClaim", "DeadLetter", "dead_letter_of", "PRIME_MAX_MESSAGES", "PRIMED_WAIT_S"]
@@ -110,6 +111,8 @@ class ResultCollector(ClaimsMixin, PollsMixin):
         self.failures: dict[int, RemoteTaskError] = {}
         #: The order the two dicts were filed in (see :meth:`take_since`).
         self._arrivals = Arrivals()
+        #: The latest ``batch_submit`` id lists, which ``as_completed`` takes without a check per id.
+        self.sent_ids = SentIds()
         self._lock = threading.RLock()
         self._closing: list[MapClaim] = []  # see release_when_complete
         #: Queues removed from the pool (drained, their outcomes fetched): not polled.

@@ -206,6 +206,22 @@ def _one_argument_tasks(tasks: list[Any]) -> bool:
     return list(map(len, tasks)).count(2) == n and list(map(type, tasks)).count(tuple) == n
 
 
+def _pairs_of_one_function(tasks: list[Any]) -> Any:
+    """The function of tasks that are all plain tuples ``(func, x)`` of one function, else
+    None. Two passes in C: ``dict`` takes each task as a key-value pair (it refuses any of
+    another length) and keeps a single key for equal functions (a pass for the functions
+    and one for the lengths cost twice as much), and one for the types (a tuple yields, as
+    ``dict`` reads it, what indexing reads). A function that cannot be hashed gives None
+    (the general check follows)."""
+    try:
+        by_function = dict(tasks)
+    except Exception:  # not pairs, an unhashable function, or one whose == raises
+        return None
+    if len(by_function) != 1 or list(map(type, tasks)).count(tuple) != len(tasks):
+        return None
+    return next(iter(by_function))
+
+
 def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: int,
                    batches: int | None = None, pack_max_bytes: int = 0) -> list[PutBatch] | None:
     """The fast path of ``batch_submit``: tasks ``(func, *args)`` that all call one function.
@@ -214,17 +230,22 @@ def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: i
     after :func:`calls_from_tasks`) then validates them one by one. The arguments are read
     chunk by chunk by C-level getters (a comprehension per task cost as much as the pickling).
     """
-    try:
-        funcs = list(map(_function, tasks))
-        if not funcs or funcs.count(funcs[0]) != len(funcs):
+    func = _pairs_of_one_function(tasks)
+    one = func is not None
+    if not one:
+        try:
+            funcs = list(map(_function, tasks))
+            if not funcs or funcs.count(funcs[0]) != len(funcs):
+                return None
+        except Exception:  # not subscriptable, empty, or a "function" whose == raises
             return None
-    except Exception:  # not subscriptable, empty, or a "function" whose == raises
+        func = funcs[0]
+        del funcs
+        if not all(isinstance(t, (tuple, list)) for t in tasks[:1]):
+            return None
+        one = _one_argument_tasks(tasks)
+    if not callable(func):
         return None
-    func = funcs[0]
-    del funcs
-    if not callable(func) or not all(isinstance(t, (tuple, list)) for t in tasks[:1]):
-        return None
-    one = _one_argument_tasks(tasks)
     return encode_payloads(tasks, (lambda chunk: list(map(_argument if one else _arguments, chunk))),
                            kind=Kind.CALL, function=pickle_function(func), options=options, size=size,
                            limit=limit, what="arguments", batches=batches, pack_max_bytes=pack_max_bytes,

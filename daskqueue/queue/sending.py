@@ -21,6 +21,7 @@ from daskqueue.queue.router import Router, consecutive_runs, waves
 from daskqueue.queue.table import Pending, QueueTable
 from daskqueue.results import PRIME_MAX_MESSAGES, MapClaim, ResultCollector
 from daskqueue.segment.format import TOKEN_SIZE
+from daskqueue.sent_ids import Run, merge_runs
 from daskqueue.serialize import encode_put
 
 __all__ = ["Sender", "check_keys"]
@@ -43,6 +44,29 @@ def check_keys(keys: Sequence[Any], n: int, *, key: str | None, typed: str | Non
         if not isinstance(k, str):
             raise ConfigurationError(f"key {i} must be a str, got {k!r:.80}")
     return keys
+
+
+def _write_ids(ids: list[Any], q: int, positions: Any, allocated: Any) -> None:
+    """Write the ids queue ``q`` gave a put's groups (``allocated``: ``(first seq, count)``
+    per group) at their input ``positions``."""
+    for (first_seq, count), pos in zip(allocated, positions):
+        if isinstance(pos, range) and pos.step == 1:
+            ids[pos.start : pos.stop] = range(make_id(q, first_seq), make_id(q, first_seq + count), 1 << QUEUE_INDEX_BITS)
+        else:
+            for k, p in enumerate(pos):
+                ids[p] = make_id(q, first_seq + k)
+
+
+def _runs(stored: list[tuple[int, Any, Any]]) -> list[Run] | None:
+    """The id runs (see :mod:`daskqueue.sent_ids`) of stored puts ``(queue, positions per
+    group, (first seq, count) per group)``; None unless every group's positions are a range."""
+    runs = []
+    for q, positions, allocated in stored:
+        for (first_seq, count), pos in zip(allocated, positions):
+            if not (isinstance(pos, range) and pos.step == 1):
+                return None
+            runs.append((q, first_seq, count, pos.start))
+    return merge_runs(runs)
 
 
 class Sender:
@@ -87,7 +111,8 @@ class Sender:
         """Send every encoded batch (batch ``i`` to ``queues[i]``) concurrently; return the
         ids of the ``n`` messages by input position (with ``claim``, route their results to
         it instead, registered as each put is answered, and fill in the ids only if ``into``
-        is given). Every answer is collected before a failure is raised (see the module
+        is given, or, given ``n``, if the send fails: its error's ``stored_ids``).
+        Every answer is collected before a failure is raised (see the module
         docstring). A small send without a claim starts the outcome polls of its queues
         as soon as its puts are sent (``ResultCollector.prime``): a ``result`` that follows
         finds its outcome on the way."""
@@ -101,6 +126,11 @@ class Sender:
         if claim is None and sends and n <= PRIME_MAX_MESSAGES:
             self.collector.prime(q for q, *_ in sends)
         ids: list[Any] = [None] * n if into is None else into
+        # A claim's ids nobody asked for are written only if the send fails (a stream's
+        # chunk needs them then, to know what was stored): a million ints cost a stream's
+        # put thread a tenth of its time.
+        unwritten: list[tuple[int, Any, Any]] = []
+        stored: list[tuple[int, Any, Any]] = []
         for q, (groups, funcs, positions), blob, token, pending in sends:
             try:
                 try:
@@ -115,8 +145,17 @@ class Sender:
                 errors.append((q, e, sum(g.count for g in groups)))
                 continue
             self._stored(q, groups, positions, allocated, ids, claim, into is not None)
+            stored.append((q, positions, allocated))
+            if claim is not None and into is None and n:
+                unwritten.append((q, positions, allocated))
         if errors:
+            for q, positions, allocated in unwritten:
+                _write_ids(ids, q, positions, allocated)
             raise self._failure(errors, ids)
+        if claim is None and into is None and n >= self.collector.sent_ids.min_ids:
+            runs = _runs(stored)
+            if runs is not None:  # as_completed(ids) may take them without a check per id
+                self.collector.sent_ids.remember(ids, runs)
         return ids
 
     def _put(self, q: int, batch: PutBatch) -> tuple[bytes, bytes, Pending]:
@@ -137,17 +176,12 @@ class Sender:
         ids too with ``keep_ids``)."""
         self.table.put_counts[q] += sum(g.count for g in groups)
         self.table.sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
-        for (first_seq, count), pos in zip(allocated, positions):
-            if claim is not None:
+        if claim is not None:
+            for (first_seq, count), pos in zip(allocated, positions):
                 for run_seq, run_count, run_pos in consecutive_runs(first_seq, pos):
                     self.collector.claim(q, run_seq, run_count, claim, run_pos)
-                if not keep_ids:
-                    continue
-            if isinstance(pos, range) and pos.step == 1:
-                ids[pos.start : pos.stop] = range(make_id(q, first_seq), make_id(q, first_seq + count), 1 << QUEUE_INDEX_BITS)
-            else:
-                for k, p in enumerate(pos):
-                    ids[p] = make_id(q, first_seq + k)
+        if claim is None or keep_ids:
+            _write_ids(ids, q, positions, allocated)
 
     def _failure(self, errors: list[tuple[int, BaseException, int]], ids: list[Any]) -> BaseException:
         """The error of a submission that failed part-way: the first one, with the ids of

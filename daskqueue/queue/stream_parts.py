@@ -1,7 +1,8 @@
 """The parts of a stream (``queue/streaming.py``) that are not its window: its puts, made in
 order on a thread of their own (:class:`Sends`), what ``imap`` returns (:class:`Results`,
 chained in C and closed like a generator), and the outcomes of a chunk's slice as runs to
-yield or errors to raise (:func:`runs_to_raise`)."""
+yield or errors to raise (:func:`runs_to_raise`), and which positions a failed put left
+unstored (:func:`unstored_positions`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator
 
 from daskqueue.errors import QueueLostError, QueueMovedError
+from daskqueue.queue.encode import LazyBatches
 
 #: A ``StreamClaim`` of :mod:`daskqueue.queue.streaming` (not imported: that module imports this one).
 StreamClaimLike = Any
 
-__all__ = ["Sends", "Results", "runs_to_raise", "is_lost"]
+__all__ = ["Sends", "Results", "runs_to_raise", "is_lost", "unstored_positions"]
 
 
 class Sends:
@@ -115,6 +117,19 @@ class Results(itertools.chain):
         self._slices.close()
         for _ in self._current[0]:
             pass
+
+
+def unstored_positions(error: BaseException, ids: list[int | None] | None, encoded: Any, n: int) -> list[int]:
+    """The positions of a chunk that no queue stored, after its send raised ``error``: from
+    the ids noted (a keyed chunk's), the send's ``stored_ids``, or, when a batch failed to
+    encode after the others were all stored, the positions from that batch on."""
+    stored = ids if ids is not None else getattr(error, "stored_ids", None)
+    if stored is not None:
+        return [p for p, i in enumerate(stored) if i is None]
+    batches = encoded.batches
+    if isinstance(batches, LazyBatches) and batches.error is error:
+        return list(range(batches.encoded, n))
+    return list(range(n))
 
 
 def is_lost(error: BaseException) -> bool:

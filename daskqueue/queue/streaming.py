@@ -33,7 +33,7 @@ from daskqueue.queue.call_checks import check_map_call, require_consumers
 from daskqueue.queue.encode import LazyBatches
 from daskqueue.queue.options import Eta
 from daskqueue.queue.router import waves
-from daskqueue.queue.stream_parts import Results, Sends, is_lost, runs_to_raise
+from daskqueue.queue.stream_parts import Results, Sends, is_lost, runs_to_raise, unstored_positions
 from daskqueue.results import MapClaim
 from daskqueue.serialize import pickle_function
 from daskqueue.validate import check_number
@@ -293,25 +293,26 @@ class Streaming:
     def _put_chunk(self, encoded: Any, claim: StreamClaim, options: Any) -> list[int] | None:
         """Put a chunk (on the stream's send thread); None, or the positions not stored
         when a put failed part-way (the error is then raised: :class:`~daskqueue.queue.stream_parts.Sends`)."""
-        ids: list[int | None] = [None] * claim.n
+        # Ids are listed only where a wave's failure needs those of the waves before it.
+        ids: list[int | None] | None = [None] * claim.n if encoded.keyed is not None else None
         try:
             self._send_chunk(encoded, claim, options, ids)
             if isinstance(encoded.batches, LazyBatches):  # a batch after the first failed to encode
                 encoded.batches.raise_error()
         except BaseException as e:  # what was stored runs, unread
-            e.dq_unstored = [p for p, i in enumerate(ids) if i is None]  # type: ignore[attr-defined]
+            e.dq_unstored = unstored_positions(e, ids, encoded, claim.n)  # type: ignore[attr-defined]
             raise
         return None
 
-    def _send_chunk(self, encoded: Any, claim: StreamClaim, options: Any, ids: list[int | None]) -> None:
-        """Send a chunk as ``map`` sends its messages (outcomes routed to ``claim``), noting
-        each stored message's id in ``ids`` (None where its put failed)."""
+    def _send_chunk(self, encoded: Any, claim: StreamClaim, options: Any, ids: list[int | None] | None) -> None:
+        """Send a chunk as ``map`` sends its messages (outcomes routed to ``claim``); keyed,
+        noting each stored message's id in ``ids`` (None where its put failed)."""
         sender = self.sender  # type: ignore[attr-defined]
         if encoded.keyed is not None:
             for wave in waves(encoded.keyed):
                 sender.send([b for _, b in wave], claim=claim, queues=[q for q, _ in wave], into=ids)
         else:
-            sender.send(encoded.batches, claim=claim, queue=self._route(options), into=ids)  # type: ignore[attr-defined]
+            sender.send(encoded.batches, n=claim.n, claim=claim, queue=self._route(options))  # type: ignore[attr-defined]
 
     def _run(self, stream: _Stream, sends: "Sends") -> Iterator[Iterator[Any]]:
         """The stream's outcomes as iterators over slices of them, in yield order (each
