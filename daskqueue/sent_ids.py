@@ -32,8 +32,9 @@ Run = tuple[int, int, int, int]
 #: Sends of fewer ids are not kept.
 MIN_IDS = 4096
 
-#: The most ids kept in all (a stream of chunks needs two: the one read and the next).
-MAX_IDS = 1_000_000
+#: The most ids kept in all (a stream of chunks needs two: the one read and the next;
+#: bounded so that a pool that never streams holds at most ~16 MB of them).
+MAX_IDS = 400_000
 
 
 def merge_runs(runs: list[Run]) -> list[Run]:
