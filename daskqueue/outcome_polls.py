@@ -25,7 +25,6 @@ from typing import Any, Callable, Iterable, Iterator
 
 from daskqueue import defaults
 from daskqueue.errors import QueueCallTimeoutError, QueueMovedError
-from daskqueue.queue.lane_connection import waiting_for_one
 from daskqueue.serialize import ResultRecord
 
 __all__ = ["PollsMixin", "PRIME_MAX_MESSAGES", "PRIMED_WAIT_S"]
@@ -138,14 +137,12 @@ class PollsMixin:
                     continue  # still moving after the wait: the next poll asks again
                 fetches.append(fetch)
         start = time.monotonic()
-        # One queue waited on (a ``result``): its lane may spin before it sleeps.
-        with waiting_for_one() if queue_index is not None and wait_s > 0 else contextlib.nullcontext():
-            for fetch in fetches:
-                if fetch.wait_s > 0 and fetch.sent_at + fetch.wait_s > start + wait_s:
-                    # Somebody else's longer poll (a primed one): wait only as long as asked.
-                    n += self._settle_fetch(fetch, deadline, until=start + wait_s)
-                else:
-                    n += self._settle_fetch(fetch, deadline)
+        for fetch in fetches:
+            if fetch.wait_s > 0 and fetch.sent_at + fetch.wait_s > start + wait_s:
+                # Somebody else's longer poll (a primed one): wait only as long as asked.
+                n += self._settle_fetch(fetch, deadline, until=start + wait_s)
+            else:
+                n += self._settle_fetch(fetch, deadline)
         return n
 
     def _settle_fetch(self, fetch: _Fetch, deadline: float | None, until: float | None = None) -> int:

@@ -9,10 +9,7 @@ the queue that lives there.
 Wire format, both ways: frames of an 8-byte little-endian length and one pickle.
 
 * parent -> child: ``("init", cloudpickled (cls, args, kwargs))`` first; then
-  ``("run", request_id, batch, funcs, drop, report_starts, skip)``, ``("halt", flag)`` and
-  ``("wake", spin_s)`` (work is probably coming: the reading thread polls its input for up to
-  ``spin_s`` before it blocks again, so that the run that follows finds it awake; see
-  :class:`Input`):
+  ``("run", request_id, batch, funcs, drop, report_starts, skip)`` and ``("halt", flag)``:
   ``funcs`` are the functions (digest -> pickle) the batch needs that the child lacks, ``drop``
   the digests the child forgets first (its parent bounds the table, ``isolate.ChildFunctions``).
 * child -> parent: ``("ready",)`` or ``("init-failed", error)``; ``("started", request_id,
@@ -28,11 +25,9 @@ from __future__ import annotations
 
 import os
 import pickle
-import select
 import struct
 import sys
 import threading
-import time
 from typing import Any, BinaryIO
 
 from daskqueue.consumer.batch import dump_results
@@ -58,69 +53,6 @@ def encode_frame(obj: Any) -> bytes:
     return FRAME.pack(len(body)) + body
 
 
-class Input:
-    """The child's input pipe, read by one thread at a time (the reader of :class:`_Child`).
-
-    Why a spin: a thread blocked in ``read`` sleeps, and after an idle spell its core does
-    too; waking both costs 0.1-0.4 ms on a VM, on the path of every task that comes to an
-    idle consumer. The parent sends ``("wake", spin_s)`` when work is about to come (a put
-    reached its queue while this consumer's poll waited there); the reader then polls the
-    pipe without blocking (``select`` with no timeout) until the next frame or ``spin_s``
-    after the wake, so the run that follows is read by a thread that is awake on a core
-    that is awake. The spin holds no lock but the read lock, and releases the GIL at each
-    poll.
-    """
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._buf = bytearray()
-        self._hot_until = 0.0
-
-    def keep_hot(self, spin_s: float) -> None:
-        """Poll rather than block, until the next frame or ``spin_s`` from now."""
-        self._hot_until = time.monotonic() + spin_s if spin_s > 0 else 0.0
-
-    def read_frame(self) -> Any:
-        """One frame's object, or ``None`` at end of input."""
-        buf = self._buf
-        while True:
-            if len(buf) >= FRAME.size:
-                (size,) = FRAME.unpack_from(buf)
-                if len(buf) - FRAME.size >= size:
-                    body = bytes(memoryview(buf)[FRAME.size:FRAME.size + size])
-                    del buf[:FRAME.size + size]
-                    self._hot_until = 0.0
-                    return pickle.loads(body)
-            if self._hot_until:
-                self._spin()
-            try:
-                data = os.read(self.fd, max(1 << 16, _missing(buf)))
-            except InterruptedError:
-                continue
-            if not data:
-                return None
-            buf += data
-
-    def _spin(self) -> None:
-        fds = [self.fd]
-        until = self._hot_until
-        while time.monotonic() < until:
-            if select.select(fds, (), (), 0)[0]:
-                return
-            _yield()  # a process that needs this core (the worker storing the put) goes first
-        self._hot_until = 0.0
-
-
-_yield = getattr(os, "sched_yield", lambda: None)
-
-
-def _missing(buf: bytearray) -> int:
-    """Bytes the frame at the front of ``buf`` still lacks (0: unknown)."""
-    if len(buf) < FRAME.size:
-        return 0
-    return FRAME.size + FRAME.unpack_from(buf)[0] - len(buf)
-
-
 #: The GIL switch interval of a child process with reserved slots (Python's default: 5 ms).
 URGENT_SWITCH_INTERVAL_S = 0.0005
 
@@ -140,7 +72,7 @@ class _Child:
     a thread is always left to read ``halt`` while every slot runs.
     """
 
-    def __init__(self, out: BinaryIO, stdin: Input, consumer: Any) -> None:
+    def __init__(self, out: BinaryIO, stdin: BinaryIO, consumer: Any) -> None:
         self.out = out
         self.stdin = stdin
         self.consumer = consumer
@@ -183,14 +115,12 @@ class _Child:
         input, end the process. Called under ``read_lock``: frames are applied in pipe
         order, the function table with them (see ``isolate.ChildFunctions``)."""
         while True:
-            msg = self.stdin.read_frame()
+            msg = read_frame(self.stdin)
             if msg is None:
                 self.consumer.close_task_pools()  # its Client to the scheduler, if get_pool() opened one
                 os._exit(0)  # the parent is gone: nobody will read what running items would give
             if msg[0] == "halt":
                 self.consumer._halt_items = msg[1]
-            elif msg[0] == "wake":
-                self.stdin.keep_hot(msg[1])
             elif msg[0] == "run":
                 _, request_id, batch, funcs, drop, report_starts, skip = msg
                 for digest in drop:
@@ -218,8 +148,8 @@ def main() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # user prints go to stderr, never into a frame
     sys.stdout = sys.stderr
-    stdin = Input(0)  # the pipe itself: a buffered reader would hide what it read ahead from the spin
-    init = stdin.read_frame()
+    stdin = sys.stdin.buffer
+    init = read_frame(stdin)
     if init is None or init[0] != "init":
         out.close()
         return

@@ -33,7 +33,6 @@ from daskqueue.consumer.child import FRAME, encode_frame
 from daskqueue.consumer.child_functions import ChildFunctions
 from daskqueue.defaults import TIME_LIMIT_GRACE_S
 from daskqueue.messages import decode_error, encode_error, killed_error
-from daskqueue.work_coming import listen
 
 __all__ = ["ProcessRunner", "ChildDied", "ChildFunctions", "child_killed_error"]
 
@@ -50,20 +49,6 @@ CHILD_EXIT_TIMEOUT_S = 5.0
 
 #: The most read from the child's output pipe per round of the loop.
 READ_BYTES = 1 << 20
-
-#: Default of the Dask config key ``daskqueue.child-wake-spin`` (see :func:`child_wake_spin`).
-CHILD_WAKE_SPIN_S = 0.002
-
-
-def child_wake_spin() -> float:
-    """Seconds an idle child polls its input after a hint that work is coming (Dask config
-    ``daskqueue.child-wake-spin``, a duration; 0 turns the wake-up off). Read where the
-    runner is made (on the worker)."""
-    import dask
-    from dask.utils import parse_timedelta
-
-    value = dask.config.get("daskqueue.child-wake-spin", CHILD_WAKE_SPIN_S)
-    return max(0.0, float(parse_timedelta(value, default="seconds") or 0.0))
 
 def child_killed_error(returncode: int | None) -> bytes:
     """The error recorded for a message whose run killed its child process."""
@@ -109,7 +94,7 @@ class ProcessRunner:
     twin in the child. ``run`` returns ``(done, errors, fatal, results_blob, run_s)``.
     """
 
-    def __init__(self, spec: bytes, index: int, *, wake_spin_s: float | None = None) -> None:
+    def __init__(self, spec: bytes, index: int) -> None:
         self._spec = spec
         self.index = index
         self._child: _Child | None = None
@@ -118,14 +103,6 @@ class ProcessRunner:
         self._ids = itertools.count()
         self._halt = False
         self.deaths = 0
-        #: How long the child spins after a wake (``child_wake_spin``); 0: never woken.
-        self.wake_spin_s = child_wake_spin() if wake_spin_s is None else wake_spin_s
-        self._wake_frame = encode_frame(("wake", self.wake_spin_s))
-        self._hot_until = 0.0  # loop time until which the child spins after the last wake
-        #: Wakes sent (the hint found the child idle and not spinning already).
-        self.wakes = 0
-        if self.wake_spin_s > 0:
-            listen(self)
 
     def __repr__(self) -> str:
         pid = None if self._child is None else self._child.proc.pid
@@ -221,25 +198,6 @@ class ProcessRunner:
                 await self._send(self._child, ("halt", flag))
             except (OSError, ConnectionError):
                 pass  # it died; the next child gets the flag when it starts
-
-    def work_coming(self) -> None:
-        """A hint (:mod:`daskqueue.work_coming`): a put reached a queue of this worker where
-        consumers wait. If the child is up, idle and not spinning already, tell it to poll its
-        input for ``wake_spin_s``: its wake-up (0.1-0.4 ms after an idle spell) then happens
-        while the put is stored and leased, and the run frame finds it awake. A few bytes on
-        the pipe, never waited for."""
-        child = self._child
-        if child is None or child.requests or child.fd < 0 or not child.greeting.done():
-            return
-        now = asyncio.get_running_loop().time()
-        if now < self._hot_until:
-            return
-        self._hot_until = now + self.wake_spin_s
-        try:
-            child.proc.stdin.write(self._wake_frame)  # type: ignore[union-attr]
-        except (OSError, ConnectionError, RuntimeError):
-            return  # it is dying: its reader handles that
-        self.wakes += 1
 
     # -- frames -------------------------------------------------------------------------------
 
@@ -366,7 +324,6 @@ class ProcessRunner:
         report_starts = report_starts or allowance is not None
         request_id = next(self._ids)
         request = child.requests[request_id] = _Request(asyncio.get_running_loop().create_future())
-        self._hot_until = 0.0  # the run ends the child's spin (child.Input)
         try:
             await self._send(child, ("run", request_id, batch, needed, drop, report_starts, skip))
         except (OSError, ConnectionError):

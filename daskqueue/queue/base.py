@@ -68,7 +68,6 @@ from daskqueue.queue.policy import FIFO, TypePolicy
 from daskqueue.queue.sweeper import LOAD_REPORT_S, SweeperMixin
 from daskqueue.queue.producer_results import span_producers
 from daskqueue.serialize import ResultRecord, decode_put, decode_settle
-from daskqueue.work_coming import work_coming
 
 __all__ = ["QueueActorBase", "QueueStats", "ChunkPayload", "TOKENS_KEPT", "detach_payload",
            "LOAD_REPORT_S", "WORK_ANNOUNCE_S", "FENCE_CHECK_S"]
@@ -284,10 +283,6 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
 
     async def put_batch(self, blob: bytes, token: bytes | None = None, producer: int = 0) -> list[tuple[int, int]]:
         """Enqueue a put blob; the actor method (see ``_put_now``, its body, for the contract)."""
-        if self._getters:
-            # Consumers wait here: the ones of this process may get ready now (wake an idle
-            # child process), while this put is stored and leased (``daskqueue.work_coming``).
-            work_coming()
         ranges = await self._put_now(blob, token, producer)
         if self._getters:
             # Long polls were waiting here: let them take the work before this answer is

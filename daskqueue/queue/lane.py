@@ -74,21 +74,6 @@ def lane_loss_timeout() -> float:
     return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp", "30s"), default="seconds"))
 
 
-#: Default of the Dask config key ``daskqueue.lane-spin`` (see :func:`lane_spin`).
-LANE_SPIN_S = 0.0
-
-
-def lane_spin() -> float:
-    """Seconds a thread waiting on the lane for a put's answer or for one task's outcome
-    (``result``) polls its socket before it sleeps (Dask config ``daskqueue.lane-spin``, a
-    duration; 0: never; see :class:`~daskqueue.queue.lane_connection.LaneConnection`)."""
-    import dask
-    from dask.utils import parse_timedelta
-
-    value = dask.config.get("daskqueue.lane-spin", LANE_SPIN_S)
-    return max(0.0, float(parse_timedelta(value, default="seconds") or 0.0))
-
-
 def lane_allowed(client: Any, address: str) -> bool:
     """Whether calls of ``client`` (synchronous, from its own thread) to an actor at
     ``address`` may use a lane (see the module docstring)."""
@@ -214,7 +199,7 @@ class LaneClient:
         host, port, secret = endpoint
         try:
             loss_s = lane_loss_timeout() if self._loss_timeout_s is None else self._loss_timeout_s
-            self._conn = LaneConnection(host, port, secret, loss_timeout_s=loss_s, spin_s=lane_spin())
+            self._conn = LaneConnection(host, port, secret, loss_timeout_s=loss_s)
         except OSError as e:
             self._give_up(f"cannot connect to the lane at {host}:{port}: {e}")
             return None

@@ -14,7 +14,6 @@ calls in flight go through Dask, which then reports the loss.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import itertools
 import os
@@ -23,12 +22,12 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any
 
 from daskqueue.queue.lane_wire import FALLBACK, GOODBYE_ID, HEADER, HELLO, MAX_FRAME_BYTES, METHOD_CODES, encode_request
 
 __all__ = ["LaneConnection", "LaneBroken", "CONNECT_TIMEOUT_S", "SEND_TIMEOUT_S", "LOSS_TIMEOUT_S",
-           "KEEPALIVE_PROBES", "set_loss_detection", "waiting_for_one"]
+           "KEEPALIVE_PROBES", "set_loss_detection"]
 
 #: How long the first connect to an actor's lane may take before the handle gives up on it.
 CONNECT_TIMEOUT_S = 2.0
@@ -47,21 +46,6 @@ _TCP_USER_TIMEOUT = getattr(socket, "TCP_USER_TIMEOUT", 18)
 
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 _POLL_OUT = select.POLLOUT | select.POLLERR | select.POLLHUP
-
-
-_hot = threading.local()
-
-
-@contextlib.contextmanager
-def waiting_for_one() -> Iterator[None]:
-    """Inside, this thread's waits for an outcome poll's reply may spin (see
-    :class:`LaneConnection`'s ``spin_s``): a caller blocked on one task's ``result``."""
-    before = getattr(_hot, "on", False)
-    _hot.on = True
-    try:
-        yield
-    finally:
-        _hot.on = before
 
 
 class LaneBroken(OSError):
@@ -99,16 +83,10 @@ class LaneConnection:
     waiters; a waiter whose reply is not filed becomes the reader when the reader leaves.
     ``loss_timeout_s``: see the module docstring (how long past its due a reply may be late,
     and the kernel's keepalive and user timeout).
-
-    ``spin_s``: a thread that waits for a put's reply, or for an outcome poll's reply inside
-    :func:`waiting_for_one`, polls the socket without blocking for up to ``spin_s`` (giving
-    way to other runnable processes at each poll) before it sleeps in ``poll()``: a reply
-    that comes meanwhile then finds it awake (no wake-up of a sleeping thread on an idle
-    core, which the actor's side pays in its ``send``). 0: never.
     """
 
     def __init__(self, host: str, port: int, secret: bytes, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-                 loss_timeout_s: float = LOSS_TIMEOUT_S, spin_s: float = 0.0) -> None:
+                 loss_timeout_s: float = LOSS_TIMEOUT_S) -> None:
         self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
         try:
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -131,8 +109,6 @@ class LaneConnection:
         self._unwanted: set[int] = set()
         self._held: list[bytes] = []  # requests held back (see send), under _send_lock
         self._loss_s = loss_timeout_s
-        self._spin_s = spin_s
-        self._puts: set[int] = set()  # ids of puts not answered yet (their waits may spin)
         #: Request id -> when its reply is overdue (monotonic), until it is read.
         self._due: dict[int, float] = {}
         self._buf = bytearray()
@@ -162,8 +138,6 @@ class LaneConnection:
             if frame is None:
                 return None
             self._due[rid] = time.monotonic() + wait_s + self._loss_s
-            if method == "put_batch":
-                self._puts.add(rid)
             if hold:
                 self._held.append(frame)
                 return rid
@@ -229,15 +203,13 @@ class LaneConnection:
                 if left is not None and left <= 0:
                     raise TimeoutError("lane: no reply yet")
                 self._cond.wait(left)
-        spin_s = self._spin_s if self._spin_s > 0 and (rid in self._puts or getattr(_hot, "on", False)) else 0.0
         try:
             while True:
-                frames = self._read_frames(deadline, spin_s)
+                frames = self._read_frames(deadline)
                 mine = None
                 with self._cond:
                     for frid, status, body in frames:
                         self._due.pop(frid, None)
-                        self._puts.discard(frid)
                         if frid == GOODBYE_ID and status == FALLBACK:
                             self._break_locked(LaneBroken("the actor closed its lane"))
                         elif frid == rid:
@@ -268,13 +240,11 @@ class LaneConnection:
             if self._replies.pop(rid, None) is None and self.broken is None:
                 self._unwanted.add(rid)
 
-    def _read_frames(self, deadline: float | None, spin_s: float = 0.0) -> list[tuple[int, int, bytes]]:
+    def _read_frames(self, deadline: float | None) -> list[tuple[int, int, bytes]]:
         """At least one whole frame, reading until ``deadline`` (then ``TimeoutError``);
         every whole frame read. A reply overdue (see the module docstring) raises
-        :class:`LaneBroken`. ``spin_s``: poll without blocking that long first (see the
-        class). Only the reader calls it (no lock: ``_buf`` is its own)."""
+        :class:`LaneBroken`. Only the reader calls it (no lock: ``_buf`` is its own)."""
         buf = self._buf
-        spin_until = time.monotonic() + spin_s if spin_s > 0 else 0.0
         while True:
             frames = _split_frames(buf)
             if frames:
@@ -292,9 +262,6 @@ class LaneConnection:
                 left = None if deadline is None else deadline - now
                 if left is not None and left <= 0:
                     raise TimeoutError("lane: no reply yet") from None
-                if now < spin_until:
-                    _yield()
-                    continue
                 if overdue is not None:
                     left = overdue - now if left is None else min(left, overdue - now)
                 _wait_fd(self._fd, _POLL_IN, left)
@@ -333,9 +300,6 @@ class LaneConnection:
                 self._sock.close()
         except Exception:  # at interpreter exit
             pass
-
-
-_yield = getattr(os, "sched_yield", lambda: None)
 
 
 def _wait_fd(fd: int, events: int, timeout_s: float | None) -> None:
