@@ -196,10 +196,10 @@ class LaneClient:
         if endpoint is None:
             self._give_up("the actor serves no lane")
             return None
-        host, port, secret, *local = endpoint
+        host, port, secret = endpoint
         try:
             loss_s = lane_loss_timeout() if self._loss_timeout_s is None else self._loss_timeout_s
-            self._conn = LaneConnection(host, port, secret, loss_timeout_s=loss_s, local=local[0] if local else None)
+            self._conn = LaneConnection(host, port, secret, loss_timeout_s=loss_s)
         except OSError as e:
             self._give_up(f"cannot connect to the lane at {host}:{port}: {e}")
             return None

@@ -86,14 +86,11 @@ class LaneConnection:
     """
 
     def __init__(self, host: str, port: int, secret: bytes, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-                 loss_timeout_s: float = LOSS_TIMEOUT_S, local: str | None = None) -> None:
-        self._sock = _connect_local(local, connect_timeout_s) if local else None
-        if self._sock is None:
-            self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
+                 loss_timeout_s: float = LOSS_TIMEOUT_S) -> None:
+        self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
         try:
-            if self._sock.family != socket.AF_UNIX:  # (a local peer's end closes the socket)
-                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                set_loss_detection(self._sock, loss_timeout_s)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            set_loss_detection(self._sock, loss_timeout_s)
             self._sock.sendall(HELLO + secret)
             self._sock.setblocking(False)
         except BaseException:
@@ -303,22 +300,6 @@ class LaneConnection:
                 self._sock.close()
         except Exception:  # at interpreter exit
             pass
-
-
-def _connect_local(name: str, timeout_s: float) -> socket.socket | None:
-    """A connection to the actor's Unix socket ``name`` (see ``lane_server``), or None
-    where it cannot be reached (another network namespace, no ``AF_UNIX``)."""
-    family = getattr(socket, "AF_UNIX", None)
-    if family is None:
-        return None
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout_s)
-        sock.connect(name)
-    except OSError:
-        sock.close()
-        return None
-    return sock
 
 
 def _wait_fd(fd: int, events: int, timeout_s: float | None) -> None:

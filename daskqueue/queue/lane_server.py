@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import logging
 import os
 import pickle
 import socket
-import sys
 from typing import Any
 
 from daskqueue.queue.lane_wire import (
@@ -61,8 +59,7 @@ class LaneServer:
         self.secret = os.urandom(SECRET_BYTES)
         self.connections: set[_LaneProtocol] = set()
         self._server: asyncio.AbstractServer | None = None
-        self._local: asyncio.AbstractServer | None = None
-        self.endpoint: tuple[Any, ...] | None = None
+        self.endpoint: tuple[str, int, bytes] | None = None
 
     async def start(self, host: str) -> None:
         loop = asyncio.get_running_loop()
@@ -70,18 +67,6 @@ class LaneServer:
         port = self._server.sockets[0].getsockname()[1]
         self.endpoint = (host, port, self.secret)
         logger.debug("queue actor %s serves its lane on %s:%d", self.key, host, port)
-        if _is_loopback(host) and sys.platform.startswith("linux") and _local_lane():
-            # A client that reaches this worker on a loopback address shares its network
-            # namespace, hence its abstract Unix sockets: one of those carries the same
-            # frames for less than loopback TCP (a send after an idle spell: ~40 us
-            # against ~75 us on the machine of benchmarks/README.md).
-            name = "\0daskqueue-lane-" + os.urandom(12).hex()
-            try:
-                self._local = await loop.create_unix_server(lambda: _LaneProtocol(self), path=name)
-            except OSError as e:
-                logger.debug("queue actor %s: no local lane socket (%s)", self.key, e)
-            else:
-                self.endpoint = (host, port, self.secret, name)
 
     def serving(self) -> bool:
         """Whether the worker still holds this actor (a released one is not served here)."""
@@ -90,20 +75,17 @@ class LaneServer:
     async def close(self) -> None:
         """Stop listening, say goodbye on every connection and close them."""
         server, self._server = self._server, None
-        local, self._local = self._local, None
-        for srv in (server, local):
-            if srv is not None:
-                srv.close()
+        if server is not None:
+            server.close()
         goodbye = encode_reply(GOODBYE_ID, FALLBACK)
         for conn in list(self.connections):
             conn.close(goodbye)
         self.connections.clear()
-        for srv in (server, local):
-            if srv is not None:
-                try:
-                    await asyncio.wait_for(srv.wait_closed(), _CLOSE_WAIT_S)
-                except asyncio.TimeoutError:
-                    pass
+        if server is not None:
+            try:
+                await asyncio.wait_for(server.wait_closed(), _CLOSE_WAIT_S)
+            except asyncio.TimeoutError:
+                pass
 
 
 class _LaneProtocol(asyncio.Protocol):
@@ -119,7 +101,7 @@ class _LaneProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family != socket.AF_UNIX:
+        if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._server.connections.add(self)
 
@@ -204,7 +186,7 @@ class LaneMixin:
     _handed_off: bool
     _lane_server: LaneServer | None = None
 
-    async def lane_endpoint(self, key: str) -> tuple[Any, ...] | None:
+    async def lane_endpoint(self, key: str) -> tuple[str, int, bytes] | None:
         """``(host, port, secret)`` of this actor's lane, started now if it is not yet
         (``key``: the actor's Dask key, as the caller's handle knows it); None where no lane
         may be served (see the module docstring), or if ``key`` is not this actor's."""
@@ -227,19 +209,6 @@ class LaneMixin:
         server, self._lane_server = self._lane_server, None
         if server is not None:
             await server.close()
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
-def _local_lane() -> bool:
-    import dask
-
-    return bool(dask.config.get("daskqueue.lane-local", True))
 
 
 async def _start_server(actor: Any, key: str) -> LaneServer | None:
