@@ -103,10 +103,6 @@ class ProcessRunner:
         self._ids = itertools.count()
         self._halt = False
         self.deaths = 0
-        #: Batches whose reply was read right after their write (see ``_run_once``).
-        self.early_replies = 0
-        #: Batches sent to a child.
-        self.batches_sent = 0
 
     def __repr__(self) -> str:
         pid = None if self._child is None else self._child.proc.pid
@@ -328,21 +324,10 @@ class ProcessRunner:
         report_starts = report_starts or allowance is not None
         request_id = next(self._ids)
         request = child.requests[request_id] = _Request(asyncio.get_running_loop().create_future())
-        self.batches_sent += 1
         try:
             await self._send(child, ("run", request_id, batch, needed, drop, report_starts, skip))
         except (OSError, ConnectionError):
             pass  # the child is dying: its reader fails the request
-        if child.fd >= 0 and not request.future.done():
-            # The child may have answered already: the kernel runs a process woken by a
-            # pipe write on the writer's core (the other one's idle, halted vCPU is passed
-            # over after an idle spell), so a short batch often runs and replies inside our
-            # write. Read it now, before the callbacks ready on the loop meanwhile (the
-            # prefetch, the put's answer): not one round of the loop later. Nothing there:
-            # one read that finds the pipe empty.
-            self._readable(child)
-            if request.future.done():
-                self.early_replies += 1
         if child.reader is not None and child.reader.done() and not request.future.done():
             request.future.set_exception(ChildDied(child.proc.returncode, None))  # died before
         if allowance is not None:
