@@ -234,6 +234,15 @@ class LaneConnection:
                 self._reading = False
                 self._cond.notify_all()
 
+    def _next_due(self) -> float | None:
+        """When the earliest reply not read yet is overdue (None: none awaited). Read
+        without a lock (a sender may hold ``_send_lock`` while it waits for room)."""
+        while True:
+            try:
+                return min(self._due.values(), default=None)
+            except RuntimeError:  # a sender added one meanwhile (no GIL)
+                continue
+
     def forget(self, rid: int) -> None:
         """Nobody waits for request ``rid`` any more: drop its reply (now or when it comes)."""
         with self._cond:
@@ -253,7 +262,7 @@ class LaneConnection:
                 chunk = self._sock.recv(max(1 << 16, _missing(buf)))
             except (BlockingIOError, InterruptedError):
                 now = time.monotonic()
-                overdue = min(self._due.values(), default=None)
+                overdue = self._next_due()
                 if overdue is not None and now >= overdue:
                     lost = LaneBroken(f"no answer from the actor's host {self._loss_s:g} s past its due: "
                                       "taken as lost")
