@@ -127,7 +127,10 @@ class DirectActor(Actor):
             if kwargs or (key == "put_batch" and len(args[0]) > LANE_MAX_PUT_BYTES):
                 return self._call_through_dask(key, args, kwargs)
             try:
-                rid = conn.send(key, args, hold=key == "put_batch")  # out with its poll
+                # A put goes out with its poll; a poll may be held at the actor its wait_s.
+                wait_s = args[2] if key == "fetch_outcomes" and len(args) > 2 else 0.0
+                wait_s = float(wait_s) if isinstance(wait_s, (int, float)) else 0.0
+                rid = conn.send(key, args, hold=key == "put_batch", wait_s=wait_s)
             except OSError:  # not sent (LaneBroken): through Dask
                 rid = None
             if rid is None:

@@ -226,8 +226,14 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
 
     # -- putting --------------------------------------------------------------------------------
 
-    async def put_batch(self, blob: bytes, token: bytes | None = None, producer: int = 0) -> list[tuple[int, int]]:
+    async def _put_now(self, blob: bytes, token: bytes | None = None, producer: int = 0) -> list[tuple[int, int]]:
         """Enqueue a put blob; return ``(first_seq, count)`` per group of the blob, in order.
+
+        ``put_batch``'s own body, never wrapped: a durable queue under ``fsync="always"``
+        wraps the actor method ``put_batch`` so that its answer waits for the sync (an
+        await), and callers that must act before any consumer can lease what they put
+        (``adopt``, ``replay_dead``: the moved record of an attached producer goes first)
+        call this instead; their own answers are wrapped and wait for the sync.
 
         ``producer`` (a tag, 0: the pool's owner) is the producer handle that reads these
         messages' outcomes; a group that names its own (a moved one) keeps it.
@@ -275,15 +281,8 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         self._work_changed()
         return ranges
 
-    #: ``put_batch``'s own body, never wrapped: a durable queue under ``fsync="always"``
-    #: wraps the actor method so that its answer waits for the sync (an await), and callers
-    #: that must act before any consumer can lease what they put (``adopt``, ``replay_dead``:
-    #: the moved record of an attached producer goes first) call this instead; their own
-    #: answers are wrapped and wait for the sync.
-    _put_now = put_batch
-
-    async def put_batch(self, blob: bytes, token: bytes | None = None, producer: int = 0) -> list[tuple[int, int]]:  # type: ignore[no-redef]  # noqa: F811
-        """Enqueue a put blob (see ``_put_now``, its body, for the contract)."""
+    async def put_batch(self, blob: bytes, token: bytes | None = None, producer: int = 0) -> list[tuple[int, int]]:
+        """Enqueue a put blob; the actor method (see ``_put_now``, its body, for the contract)."""
         ranges = await self._put_now(blob, token, producer)
         if self._getters:
             # Long polls were waiting here: let them take the work before this answer is

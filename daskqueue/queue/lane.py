@@ -18,8 +18,10 @@ calls from a worker) goes through Dask, silently.
 
 Contracts:
 
-* Every read has a deadline (the caller's ``result(timeout)``); a lane that fails (the
-  connection breaks, a malformed frame, the actor's goodbye) makes each call in flight on
+* Every read has a deadline (the caller's ``result(timeout)``, and for ``result()`` the
+  reply's due plus ``distributed.comm.timeouts.tcp``: see :func:`lane_loss_timeout`); a lane
+  that fails (the connection breaks or its host is taken as lost, a malformed frame, the
+  actor's goodbye) makes each call in flight on
   it again through Dask (:class:`LaneFuture`): both methods are safe to send twice (a put
   carries its token, a fetch is read-only below its cursors), so no message is lost or
   stored twice, and a dead worker gives the errors Dask's calls give. A handle whose lane
@@ -44,7 +46,7 @@ from daskqueue.queue.lane_connection import LaneBroken, LaneConnection
 from daskqueue.queue.lane_wire import ERROR, OK
 
 __all__ = ["LaneClient", "LaneConnection", "LaneFuture", "LaneBroken", "lane_allowed", "lane_enabled",
-           "LANE_MAX_PUT_BYTES"]
+           "lane_loss_timeout", "LANE_MAX_PUT_BYTES"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -59,6 +61,17 @@ def lane_enabled() -> bool:
     import dask
 
     return bool(dask.config.get("daskqueue.lane", True))
+
+
+def lane_loss_timeout() -> float:
+    """How long a lane waits past a reply's due, and what its TCP keepalive and user timeout
+    derive from (:mod:`~daskqueue.queue.lane_connection`): Dask's own
+    ``distributed.comm.timeouts.tcp`` (default 30 s), so a lost host ends a wait on the lane
+    about when it would end one on Dask's comm."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp", "30s"), default="seconds"))
 
 
 def lane_allowed(client: Any, address: str) -> bool:
@@ -138,10 +151,12 @@ class LaneFuture:
 class LaneClient:
     """A handle's lane: found through one Dask call (``discover()``, returning a concurrent
     future of the actor's ``lane_endpoint``), connected on the first call after that
-    answer, given up for good if anything fails. Thread-safe."""
+    answer, given up for good if anything fails. Thread-safe. ``loss_timeout_s``: see
+    :func:`lane_loss_timeout` (its default)."""
 
-    def __init__(self, discover: Callable[[], Any]) -> None:
+    def __init__(self, discover: Callable[[], Any], *, loss_timeout_s: float | None = None) -> None:
         self._discover = discover
+        self._loss_timeout_s = loss_timeout_s
         self._lock = threading.Lock()
         self._finding: Any = None
         self._conn: LaneConnection | None = None
@@ -183,7 +198,8 @@ class LaneClient:
             return None
         host, port, secret = endpoint
         try:
-            self._conn = LaneConnection(host, port, secret)
+            loss_s = lane_loss_timeout() if self._loss_timeout_s is None else self._loss_timeout_s
+            self._conn = LaneConnection(host, port, secret, loss_timeout_s=loss_s)
         except OSError as e:
             self._give_up(f"cannot connect to the lane at {host}:{port}: {e}")
             return None

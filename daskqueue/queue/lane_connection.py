@@ -1,6 +1,15 @@
 """One socket to one queue actor's lane server (:mod:`daskqueue.queue.lane`), shared by the
 threads of a client: requests out, replies back to whichever thread waits for them, every
 read and write with a deadline. Nothing here imports Dask.
+
+Loss of the actor's host (a partition, a host that vanished without closing its sockets)
+is detected in bounded time, as Dask's own comms detect it (``distributed.comm.timeouts.tcp``):
+the socket has TCP keepalive with short probes and ``TCP_USER_TIMEOUT`` (Linux) derived
+from ``loss_timeout_s``, so the kernel errors a read on a connection whose peer is gone;
+and every request is *due*: an actor answers a put at once and an outcome poll after its
+``wait_s`` at the latest, so a reply still missing ``loss_timeout_s`` after that (a peer
+that accepts and never answers, a frozen worker) breaks the connection too. Either way the
+calls in flight go through Dask, which then reports the loss.
 """
 
 from __future__ import annotations
@@ -10,19 +19,30 @@ import itertools
 import os
 import select
 import socket
+import sys
 import threading
 import time
 from typing import Any
 
 from daskqueue.queue.lane_wire import FALLBACK, GOODBYE_ID, HEADER, HELLO, MAX_FRAME_BYTES, METHOD_CODES, encode_request
 
-__all__ = ["LaneConnection", "LaneBroken", "CONNECT_TIMEOUT_S", "SEND_TIMEOUT_S"]
+__all__ = ["LaneConnection", "LaneBroken", "CONNECT_TIMEOUT_S", "SEND_TIMEOUT_S", "LOSS_TIMEOUT_S",
+           "KEEPALIVE_PROBES", "set_loss_detection"]
 
 #: How long the first connect to an actor's lane may take before the handle gives up on it.
 CONNECT_TIMEOUT_S = 2.0
 
 #: How long a send may wait for room in the socket's buffer before the lane is given up.
 SEND_TIMEOUT_S = 5.0
+
+#: Default of ``loss_timeout_s`` (Dask's ``distributed.comm.timeouts.tcp`` default).
+LOSS_TIMEOUT_S = 30.0
+
+#: Keepalive probes sent, unanswered, before the kernel drops the connection.
+KEEPALIVE_PROBES = 3
+
+#: ``TCP_USER_TIMEOUT`` (Linux >= 2.6.37; the socket module names it since Python 3.12).
+_TCP_USER_TIMEOUT = getattr(socket, "TCP_USER_TIMEOUT", 18)
 
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 _POLL_OUT = select.POLLOUT | select.POLLERR | select.POLLHUP
@@ -32,18 +52,45 @@ class LaneBroken(OSError):
     """The lane cannot carry a call (internal: the call goes through Dask)."""
 
 
+def set_loss_detection(sock: socket.socket, timeout_s: float) -> None:
+    """Make the kernel end a connection whose peer is gone within about ``timeout_s``:
+    keepalive probes after ``timeout_s / 2`` of silence, ``KEEPALIVE_PROBES`` of them
+    spread over the rest (an idle connection), and ``TCP_USER_TIMEOUT`` (data sent and
+    not acknowledged). Options this system lacks are skipped."""
+    whole = max(2, int(timeout_s))
+    interval = max(1, whole // (2 * KEEPALIVE_PROBES))
+    idle = max(1, whole - interval * KEEPALIVE_PROBES)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", KEEPALIVE_PROBES)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
+            except OSError:
+                pass
+    if sys.platform.startswith("linux"):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, _TCP_USER_TIMEOUT, whole * 1000)
+        except OSError:
+            pass
+
+
 class LaneConnection:
     """One socket to one actor's lane server; thread-safe (see the module docstring).
 
     Sends take ``_send_lock``. Replies are read by one thread at a time (``_reading``, under
     ``_cond``), which files replies for other requests in ``_replies`` and wakes their
     waiters; a waiter whose reply is not filed becomes the reader when the reader leaves.
+    ``loss_timeout_s``: see the module docstring (how long past its due a reply may be late,
+    and the kernel's keepalive and user timeout).
     """
 
-    def __init__(self, host: str, port: int, secret: bytes, *, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    def __init__(self, host: str, port: int, secret: bytes, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                 loss_timeout_s: float = LOSS_TIMEOUT_S) -> None:
         self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
         try:
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            set_loss_detection(self._sock, loss_timeout_s)
             self._sock.sendall(HELLO + secret)
             self._sock.setblocking(False)
         except BaseException:
@@ -61,13 +108,16 @@ class LaneConnection:
         self._replies: dict[int, tuple[int, bytes]] = {}
         self._unwanted: set[int] = set()
         self._held: list[bytes] = []  # requests held back (see send), under _send_lock
+        self._loss_s = loss_timeout_s
+        #: Request id -> when its reply is overdue (monotonic), until it is read.
+        self._due: dict[int, float] = {}
         self._buf = bytearray()
         #: Why the connection is unusable (None while it serves).
         self.broken: BaseException | None = None
 
     # -- sending ----------------------------------------------------------------------------
 
-    def send(self, method: str, args: tuple[Any, ...], *, hold: bool = False) -> int | None:
+    def send(self, method: str, args: tuple[Any, ...], *, hold: bool = False, wait_s: float = 0.0) -> int | None:
         """Send a request; its id, or None if its arguments have no lane encoding. Raises
         :class:`LaneBroken` if the request did not go out whole (then it went nowhere: the
         actor's side reads only whole frames, and the connection is closed).
@@ -76,7 +126,10 @@ class LaneConnection:
         wait for a reply on it (:meth:`flush`), whichever comes first: a put and the outcome
         poll that follows it then go out in one write (one wake-up of the actor's worker,
         one send, ~0.2 ms on a loaded machine), and a put nobody polls after goes out when
-        its answer is waited for."""
+        its answer is waited for.
+
+        ``wait_s``: how long the actor may hold the call by contract (a long poll's wait);
+        its reply is overdue ``loss_timeout_s`` after that (see the module docstring)."""
         if self.broken is not None:
             raise LaneBroken(f"lane broken: {self.broken}")
         with self._send_lock:
@@ -84,6 +137,7 @@ class LaneConnection:
             frame = encode_request(rid, METHOD_CODES[method], args)
             if frame is None:
                 return None
+            self._due[rid] = time.monotonic() + wait_s + self._loss_s
             if hold:
                 self._held.append(frame)
                 return rid
@@ -155,6 +209,7 @@ class LaneConnection:
                 mine = None
                 with self._cond:
                     for frid, status, body in frames:
+                        self._due.pop(frid, None)
                         if frid == GOODBYE_ID and status == FALLBACK:
                             self._break_locked(LaneBroken("the actor closed its lane"))
                         elif frid == rid:
@@ -179,6 +234,15 @@ class LaneConnection:
                 self._reading = False
                 self._cond.notify_all()
 
+    def _next_due(self) -> float | None:
+        """When the earliest reply not read yet is overdue (None: none awaited). Read
+        without a lock (a sender may hold ``_send_lock`` while it waits for room)."""
+        while True:
+            try:
+                return min(self._due.values(), default=None)
+            except RuntimeError:  # a sender added one meanwhile (no GIL)
+                continue
+
     def forget(self, rid: int) -> None:
         """Nobody waits for request ``rid`` any more: drop its reply (now or when it comes)."""
         with self._cond:
@@ -187,7 +251,8 @@ class LaneConnection:
 
     def _read_frames(self, deadline: float | None) -> list[tuple[int, int, bytes]]:
         """At least one whole frame, reading until ``deadline`` (then ``TimeoutError``);
-        every whole frame read. Only the reader calls it (no lock: ``_buf`` is its own)."""
+        every whole frame read. A reply overdue (see the module docstring) raises
+        :class:`LaneBroken`. Only the reader calls it (no lock: ``_buf`` is its own)."""
         buf = self._buf
         while True:
             frames = _split_frames(buf)
@@ -196,9 +261,18 @@ class LaneConnection:
             try:
                 chunk = self._sock.recv(max(1 << 16, _missing(buf)))
             except (BlockingIOError, InterruptedError):
-                left = None if deadline is None else deadline - time.monotonic()
+                now = time.monotonic()
+                overdue = self._next_due()
+                if overdue is not None and now >= overdue:
+                    lost = LaneBroken(f"no answer from the actor's host {self._loss_s:g} s past its due: "
+                                      "taken as lost")
+                    self._break(lost)
+                    raise lost from None
+                left = None if deadline is None else deadline - now
                 if left is not None and left <= 0:
                     raise TimeoutError("lane: no reply yet") from None
+                if overdue is not None:
+                    left = overdue - now if left is None else min(left, overdue - now)
                 _wait_fd(self._fd, _POLL_IN, left)
                 continue
             if not chunk:
