@@ -148,3 +148,7 @@ def fail_unless_exists(x, path):
     if not os.path.exists(path):
         raise FileNotFoundError(path)
     return x
+
+
+def length(x):
+    return len(x)

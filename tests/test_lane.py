@@ -131,6 +131,41 @@ def test_many_threads_share_one_lane(pools):
 
 
 @pytest.mark.timeout(120)
+def test_a_maps_big_puts_go_over_the_lane_at_once_and_one_too_big_through_dask(pools, monkeypatch):
+    from daskqueue.queue import actor_handles
+
+    qp = pools.queue(1)
+    cp = pools.consumer(qp, n_consumers=1, isolation="thread")
+    cp.start()
+    _lane_up(qp, cp)
+    handle = qp.queues[0]
+    through_dask = []
+    real = type(handle)._call_through_dask
+
+    def spy(self, key, args, kwargs):
+        if key == "put_batch":
+            through_dask.append(len(args[0]))
+        return real(self, key, args, kwargs)
+
+    monkeypatch.setattr(type(handle), "_call_through_dask", spy)
+    sent = []
+    real_send = handle._lane.connection().send
+
+    def send(method, args, **kw):
+        if method == "put_batch":
+            sent.append((len(args[0]), kw.get("hold")))
+        return real_send(method, args, **kw)
+
+    monkeypatch.setattr(handle._lane.connection(), "send", send)
+    blob = "x" * 200_000  # every put blob of this map is well over 64 KiB
+    assert qp.map(tasks.length, [blob + str(i) for i in range(40)], timeout_s=60) == [200_000 + len(str(i)) for i in range(40)]
+    assert through_dask == [] and sent and all(n > 64 * 1024 and not held for n, held in sent)
+    monkeypatch.setattr(actor_handles, "LANE_MAX_PUT_BYTES", 64 * 1024)  # over the limit: Dask carries it
+    assert qp.map(tasks.length, [blob], timeout_s=60) == [200_000]
+    assert through_dask and through_dask[-1] > 64 * 1024
+
+
+@pytest.mark.timeout(120)
 def test_the_lane_can_be_turned_off_and_then_no_worker_listens_for_it(pools, client):
     with dask.config.set({"daskqueue.lane": False}):
         qp = pools.queue(1)

@@ -15,7 +15,7 @@ from distributed.actor import Actor
 from distributed.protocol import to_serialize
 
 from daskqueue.errors import QueueClosedError
-from daskqueue.queue.lane import LANE_MAX_PUT_BYTES, LaneClient, LaneFuture, lane_allowed
+from daskqueue.queue.lane import LANE_HOLD_PUT_BYTES, LANE_MAX_PUT_BYTES, LaneClient, LaneFuture, lane_allowed
 from daskqueue.queue.lane_wire import METHOD_CODES
 
 __all__ = ["DirectActor", "WorkerActor"]
@@ -130,7 +130,8 @@ class DirectActor(Actor):
                 # A put goes out with its poll; a poll may be held at the actor its wait_s.
                 wait_s = args[2] if key == "fetch_outcomes" and len(args) > 2 else 0.0
                 wait_s = float(wait_s) if isinstance(wait_s, (int, float)) else 0.0
-                rid = conn.send(key, args, hold=key == "put_batch", wait_s=wait_s)
+                hold = key == "put_batch" and len(args[0]) <= LANE_HOLD_PUT_BYTES
+                rid = conn.send(key, args, hold=hold, wait_s=wait_s)
             except OSError:  # not sent (LaneBroken): through Dask
                 rid = None
             if rid is None:

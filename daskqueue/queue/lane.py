@@ -46,14 +46,21 @@ from daskqueue.queue.lane_connection import LaneBroken, LaneConnection
 from daskqueue.queue.lane_wire import ERROR, OK
 
 __all__ = ["LaneClient", "LaneConnection", "LaneFuture", "LaneBroken", "lane_allowed", "lane_enabled",
-           "lane_loss_timeout", "LANE_MAX_PUT_BYTES"]
+           "lane_loss_timeout", "LANE_MAX_PUT_BYTES", "LANE_HOLD_PUT_BYTES"]
 
 logger = logging.getLogger("daskqueue")
 
-#: A put blob larger than this goes through Dask (a ``map``'s batches: the lane is for the
-#: small sends whose latency matters; big blobs are sent by Dask's loop while the caller
-#: encodes the next one).
-LANE_MAX_PUT_BYTES = 64 * 1024
+#: A put blob larger than this goes through Dask. ``map``'s and ``batch_submit``'s puts
+#: (hundreds of KiB to a few MiB) go on the lane too: written by the calling thread they cost
+#: the client less than a trip through Dask's loop (``map`` of 1M no-ops 1.31x the rate with
+#: them on the lane, in one process, alternated; benchmarks/README.md, stop 29).
+LANE_MAX_PUT_BYTES = 64 * 1024 * 1024
+
+#: A put blob up to this size is held back to go out with the outcome poll that follows it
+#: (``LaneConnection.send(hold=True)``: one write, one wake-up of the worker). A larger one
+#: goes out at once: ``map`` pipelines its puts, and holding one until the next is encoded
+#: would delay the queue's work by a batch.
+LANE_HOLD_PUT_BYTES = 64 * 1024
 
 
 def lane_enabled() -> bool:
