@@ -40,3 +40,23 @@ def test_adapt_scales_up_for_a_backlog_before_the_queues_next_regular_report(clu
     assert cp.failures() == {}
     cp.close()
     qp.close()
+
+
+@pytest.mark.timeout(90)
+def test_a_backlog_counts_at_the_first_settle_that_leaves_work(cluster_factory, monkeypatch):
+    """Both report periods are 30 s here: the second report, which makes the scheduler count
+    the backlog, must come with the first settle that leaves work (sized by the measured
+    seconds per message), not at a period's end."""
+    monkeypatch.setattr(sweeper, "LOAD_REPORT_S", 30.0)
+    monkeypatch.setattr(sweeper, "LOAD_CONFIRM_S", 30.0)
+    cluster, client = cluster_factory(1, processes=False)
+    qp = QueuePool(client, 1)
+    cp = ConsumerPool(client, qp, isolation="thread")
+    cp.start()
+
+    assert qp.batch_submit([(tasks.sleep_then, i, 0.02) for i in range(200)])
+    wait_until(lambda: counted_backlog(client) > 0, timeout_s=10, interval_s=0.05)
+    wait_until(lambda: qp.stats()[0].pending == 0, timeout_s=60)
+    assert cp.failures() == {}
+    cp.close()
+    qp.close()

@@ -29,10 +29,11 @@ logger = logging.getLogger("daskqueue")
 #: How often a queue with work reports its load to the scheduler (for ``adapt()``).
 LOAD_REPORT_S = 1.0
 
-#: How soon after its first report of new work a queue reports again. The scheduler counts a
-#: backlog only once two reports in a row had work (a burst over by then starts no worker:
-#: its queue said at once that it emptied), so this, not ``LOAD_REPORT_S``, is how long
-#: ``adapt`` waits to see a backlog (it waited a whole ``LOAD_REPORT_S``: issue 24, churn).
+#: How soon after its first report of new work a queue reports again, at the latest (a
+#: settle that leaves work sends it sooner). The scheduler counts a backlog only once two
+#: reports in a row had work (a burst over by then starts no worker: its queue said at once
+#: that it emptied), so this, not ``LOAD_REPORT_S``, is the longest ``adapt`` waits to see a
+#: backlog (it waited a whole ``LOAD_REPORT_S``: issue 24, churn).
 LOAD_CONFIRM_S = 0.2
 
 
@@ -180,9 +181,14 @@ class SweeperMixin:
         return max(0.0, self._reported_at + interval - time.monotonic())
 
     def _report_if_emptied(self) -> None:
-        """The queue settled its last message: say so to the scheduler now, not at the next
-        report (a report of work that outlives it made ``adapt`` start a worker for nothing)."""
+        """After a settle. The queue settled its last message: say so to the scheduler now,
+        not at the next report (a report of work that outlives it made ``adapt`` start a
+        worker for nothing). Or work is left after the first settle of a run of work that
+        one report told of: send the second report now, not at ``LOAD_CONFIRM_S``; it makes
+        the scheduler count the backlog, sized by a measured time per message."""
         if self._reported_work and not self._core.pending:
+            self._report_load()
+        elif self._work_reports == 1 and self._task_s is not None:
             self._report_load()
 
     def _report_load(self, *, closing: bool = False) -> None:
