@@ -14,9 +14,10 @@ follows it). It also changes two of the scheduler's handlers, for every caller (
   their backlog on ``daskqueue-load`` every second while they have work; the target becomes
   the larger of Dask's and the workers the queued work needs (see :func:`queue_target`).
 
-  A backlog counts once two reports in a row said so: a queue reports at its first put and
-  once more (empty) a second later, and a map that ran meanwhile must not start a worker
-  after the fact. Reports of a worker that left are dropped with it.
+  A backlog counts once two reports in a row said so: a queue reports at its first put, again
+  at the first settle that leaves work (or ``LOAD_CONFIRM_S``, 0.2 s, later if none comes),
+  then every second, and at once when it empties; a map over before the second report must
+  not start a worker after the fact. Reports of a worker that left are dropped with it.
 
   Pools whose queues wait for a worker (created before any joined, or at rest and called
   again) say so on :data:`DEMAND_TOPIC`: while any does, the target is at least one worker.

@@ -87,12 +87,13 @@ def test_an_idle_pool_lets_adapt_retire_the_last_worker_and_its_outcomes_wait(cl
 def test_a_backlog_report_does_not_outlive_the_work(cluster_factory, monkeypatch):
     """A queue reports its backlog while it has work; the report that had work must not
     stand once the work is done (adapt would start a worker for nothing), and a burst shorter
-    than one report interval starts none. Workers in this process, so that the queue
-    reports at once (sweeps every 50 ms) and then not for 30 s."""
+    than the interval to the second report starts none. Workers in this process, so that
+    the queue reports at once (sweeps every 50 ms) and then not for 30 s."""
     from daskqueue.queue import sweeper
 
     monkeypatch.setattr(sweeper, "ORPHAN_CHECK_S", 0.05)
     monkeypatch.setattr(sweeper, "LOAD_REPORT_S", 30.0)
+    monkeypatch.setattr(sweeper, "LOAD_CONFIRM_S", 30.0)
     cluster, client = cluster_factory(1, processes=False)
     qp = QueuePool(client, 1)
     cp = ConsumerPool(client, qp, isolation="thread")

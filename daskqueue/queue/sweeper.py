@@ -22,12 +22,19 @@ from daskqueue.queue.handles import ORPHAN_CHECK_S, released_actor
 if TYPE_CHECKING:
     from daskqueue.queue.core import QueueCore
 
-__all__ = ["SweeperMixin", "LOAD_REPORT_S"]
+__all__ = ["SweeperMixin", "LOAD_REPORT_S", "LOAD_CONFIRM_S"]
 
 logger = logging.getLogger("daskqueue")
 
 #: How often a queue with work reports its load to the scheduler (for ``adapt()``).
 LOAD_REPORT_S = 1.0
+
+#: How soon after its first report of new work a queue reports again, at the latest (a
+#: settle that leaves work sends it sooner). The scheduler counts a backlog only once two
+#: reports in a row had work (a burst over by then starts no worker: its queue said at once
+#: that it emptied), so this, not ``LOAD_REPORT_S``, is the longest ``adapt`` waits to see a
+#: backlog (it waited a whole ``LOAD_REPORT_S``: issue 24, churn).
+LOAD_CONFIRM_S = 0.2
 
 
 class SweeperMixin:
@@ -46,6 +53,7 @@ class SweeperMixin:
         self._task_s: float | None = None  # measured seconds per message, lease to settle
         self._reported_at = 0.0  # when the load was last reported to the scheduler
         self._reported_work = False  # whether that report had work in it
+        self._work_reports = 0  # how many reports in a row had work (the second confirms it)
         self._checked_at = 0.0  # when the sweeper last checked that its worker holds it
         self._orphan_close: asyncio.Task[None] | None = None
 
@@ -162,18 +170,25 @@ class SweeperMixin:
     # -- load reports (what makes ``adapt()`` see the backlog) --------------------------------
 
     def _report_due_in(self) -> float | None:
-        """Seconds until the next load report: every ``LOAD_REPORT_S`` while the queue has
-        work, and once more when it has none left; None when idle and reported so."""
+        """Seconds until the next load report: ``LOAD_CONFIRM_S`` after the first report of
+        new work, then every ``LOAD_REPORT_S`` while the queue has work, and once more when
+        it has none left; None when idle and reported so."""
         if self.pool is None:
             return None
         if not (self._core.pending or self._reported_work):
             return None
-        return max(0.0, self._reported_at + LOAD_REPORT_S - time.monotonic())
+        interval = LOAD_CONFIRM_S if self._work_reports == 1 else LOAD_REPORT_S
+        return max(0.0, self._reported_at + interval - time.monotonic())
 
     def _report_if_emptied(self) -> None:
-        """The queue settled its last message: say so to the scheduler now, not at the next
-        report (a report of work that outlives it made ``adapt`` start a worker for nothing)."""
+        """After a settle. The queue settled its last message: say so to the scheduler now,
+        not at the next report (a report of work that outlives it made ``adapt`` start a
+        worker for nothing). Or work is left after the first settle of a run of work that
+        one report told of: send the second report now, not at ``LOAD_CONFIRM_S``; it makes
+        the scheduler count the backlog, sized by a measured time per message."""
         if self._reported_work and not self._core.pending:
+            self._report_load()
+        elif self._work_reports == 1 and self._task_s is not None:
             self._report_load()
 
     def _report_load(self, *, closing: bool = False) -> None:
@@ -183,6 +198,7 @@ class SweeperMixin:
         s = self._core.stats() if not closing else CoreStats(0, 0, 0, 0, 0, 0, 0, 0, 0)
         self._reported_at = time.monotonic()
         self._reported_work = bool(s.pending)
+        self._work_reports = self._work_reports + 1 if s.pending else 0
         try:
             from distributed import get_worker
 
