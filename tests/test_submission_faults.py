@@ -1,0 +1,53 @@
+"""Client-side submission faults: an item a stream cannot pickle is named by its position in
+the caller's input; a map whose puts fail part-way leaves nothing in ``results()``. On the
+shared cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from daskqueue.errors import QueueClosedError, SerializationError
+from tests import tasks
+from tests.helpers import wait_until
+
+
+def started(pools, n_queues=2, n_consumers=2, **kwargs):
+    qp = pools.queue(n_queues, max_retries=0, **kwargs)
+    cp = pools.consumer(qp, n_consumers=n_consumers)
+    cp.start()
+    return qp, cp
+
+
+def _nothing_registered(qp):
+    """The collector routes nothing to a claim any more (a peek at its private tables: no
+    public view of what it routes)."""
+    return not any(qp.collector._claims) and not qp.collector._closing
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ordered", [True, False])
+@pytest.mark.parametrize("bad, keyed", [(2_325, False), (2_345, False), (2_345, True)])
+def test_a_stream_names_an_item_it_cannot_pickle_by_its_position_in_the_callers_input(pools, ordered, bad, keyed):
+    # Chunks of 40 (window 160), puts of 10: 2,325 is in the first put of the chunk that starts
+    # at 2,320 (encoded on the caller's thread), 2,345 in its third (encoded on the stream's
+    # put thread, once the two before it are sent); a keyed chunk is encoded whole at once.
+    qp, cp = started(pools, put_batch_size=10)
+    items = (tasks.Unpicklable() if i == bad else i for i in range(3_000))
+    name = "imap" if ordered else "imap_unordered"
+    key = (lambda x: f"k{x % 3}" if isinstance(x, int) else "k0") if keyed else None
+    stream = getattr(qp, name)(tasks.double, items, window=160, key=key)
+    got = []
+    with pytest.raises(SerializationError) as info:
+        for x in stream:
+            got.append(x)
+    assert info.value.index == bad
+    assert f"item {bad:,} of the {name} input" in str(info.value)
+    assert "refuses to be pickled" in str(info.value)  # the rest of the message is kept
+    assert isinstance(info.value.__cause__, TypeError)
+    assert len(got) < bad and len(set(got)) == len(got)
+    # What was put runs; its outcomes are dropped, never filed with results().
+    cp.join(timeout=60)
+    qp.poll_outcomes()
+    wait_until(lambda: _nothing_registered(qp), timeout_s=30)
+    assert qp.results() == {}
+    assert list(qp.imap(tasks.double, range(3))) == [0, 2, 4]  # the pool streams on
