@@ -4,9 +4,11 @@ shared cluster."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
-from daskqueue.errors import QueueClosedError, SerializationError
+from daskqueue.errors import JoinTimeoutError, QueueClosedError, SerializationError
 from tests import tasks
 from tests.helpers import wait_until
 
@@ -51,3 +53,33 @@ def test_a_stream_names_an_item_it_cannot_pickle_by_its_position_in_the_callers_
     wait_until(lambda: _nothing_registered(qp), timeout_s=30)
     assert qp.results() == {}
     assert list(qp.imap(tasks.double, range(3))) == [0, 2, 4]  # the pool streams on
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_map_whose_puts_fail_part_way_files_no_outcome_with_results(pools, keyed):
+    # Queue 1 refuses every put: queue 0 stores its share, whose tasks run; map keeps its
+    # outcomes to itself (the caller has no id for them), so none may reach results().
+    qp, cp = started(pools, put_batch_size=10)
+    qp.queues[1].close().result(timeout=30)
+    key = (lambda x: f"k{x}") if keyed else None
+    with pytest.raises(QueueClosedError):
+        qp.map(tasks.double, range(40), key=key)
+    stored = qp.queues[0].stats().result(timeout=30).total_put
+    assert 0 < stored < 40
+    wait_until(lambda: qp.queues[0].stats().result(timeout=30).total_acked == stored, timeout_s=60)
+    qp.poll_outcomes(queue_index=0)
+    wait_until(lambda: _nothing_registered(qp), timeout_s=30)
+    # results() would poll closed queue 1 too (and raise): the collector's own dicts.
+    assert qp.collector.results == {} and qp.collector.failures == {}
+
+
+@pytest.mark.timeout(120)
+def test_a_map_that_times_out_files_no_outcome_with_results_as_its_tasks_end(pools):
+    qp, cp = started(pools)
+    with pytest.raises(JoinTimeoutError):
+        qp.map(functools.partial(tasks.sleep_then, seconds=0.3), range(8), timeout_s=0.2)
+    cp.join(timeout=60)
+    wait_until(lambda: qp.poll_outcomes() == 0 and _nothing_registered(qp), timeout_s=30)
+    assert qp.results() == {} and qp.failures() == {}
+    assert qp.map(tasks.double, range(3)) == [0, 2, 4]
