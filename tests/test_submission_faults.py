@@ -5,6 +5,7 @@ shared cluster."""
 from __future__ import annotations
 
 import functools
+import time
 
 import pytest
 
@@ -18,6 +19,17 @@ def started(pools, n_queues=2, n_consumers=2, **kwargs):
     cp = pools.consumer(qp, n_consumers=n_consumers)
     cp.start()
     return qp, cp
+
+
+class SlowToPickle:
+    """An int that takes half a millisecond to pickle (and unpickles as the plain int)."""
+
+    def __init__(self, x):
+        self.x = x
+
+    def __reduce__(self):
+        time.sleep(0.0005)
+        return (int, (self.x,))
 
 
 def _nothing_registered(qp):
@@ -83,3 +95,27 @@ def test_a_map_that_times_out_files_no_outcome_with_results_as_its_tasks_end(poo
     wait_until(lambda: qp.poll_outcomes() == 0 and _nothing_registered(qp), timeout_s=30)
     assert qp.results() == {} and qp.failures() == {}
     assert qp.map(tasks.double, range(3)) == [0, 2, 4]
+
+
+@pytest.mark.timeout(180)
+def test_a_long_map_routes_its_remaining_puts_elsewhere_while_a_queue_is_removed(pools):
+    # put_batch_size 20 over 3 queues: 400 puts, sent as they are pickled (slowly: about 4 s
+    # in all). Queue 2 is removed from another thread as soon as the map's first tasks are
+    # stored: the map's later puts must go to queues 0 and 1.
+    import threading
+
+    qp, cp = started(pools, n_queues=3, put_batch_size=20)
+    removed = {}
+
+    def remove():
+        wait_until(lambda: sum(s.total_put for s in qp.stats()) > 0, timeout_s=60, interval_s=0.001)
+        removed["moved"] = qp.remove_queue(2, timeout_s=120)
+
+    remover = threading.Thread(target=remove)
+    remover.start()
+    try:
+        out = qp.map(tasks.double, [SlowToPickle(x) for x in range(8_000)], timeout_s=120)
+    finally:
+        remover.join(timeout=150)
+    assert out == [2 * x for x in range(8_000)]
+    assert "moved" in removed and qp.queue_indices == [0, 1]
