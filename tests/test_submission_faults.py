@@ -98,7 +98,8 @@ def test_a_map_that_times_out_files_no_outcome_with_results_as_its_tasks_end(poo
 
 
 @pytest.mark.timeout(180)
-def test_a_long_map_routes_its_remaining_puts_elsewhere_while_a_queue_is_removed(pools):
+@pytest.mark.parametrize("call", ["map", "imap"])
+def test_a_long_map_routes_its_remaining_puts_elsewhere_while_a_queue_is_removed(pools, call):
     # put_batch_size 20 over 3 queues: 400 puts, sent as they are pickled (slowly: about 4 s
     # in all). Queue 2 is removed from another thread as soon as the map's first tasks are
     # stored: the map's later puts must go to queues 0 and 1.
@@ -114,7 +115,11 @@ def test_a_long_map_routes_its_remaining_puts_elsewhere_while_a_queue_is_removed
     remover = threading.Thread(target=remove)
     remover.start()
     try:
-        out = qp.map(tasks.double, [SlowToPickle(x) for x in range(8_000)], timeout_s=120)
+        items = [SlowToPickle(x) for x in range(8_000)]
+        if call == "map":
+            out = qp.map(tasks.double, items, timeout_s=120)
+        else:
+            out = list(qp.imap(tasks.double, iter(items), window=2_400, timeout_s=120))
     finally:
         remover.join(timeout=150)
     assert out == [2 * x for x in range(8_000)]
