@@ -98,19 +98,22 @@ def test_a_map_that_times_out_files_no_outcome_with_results_as_its_tasks_end(poo
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("call", ["map", "imap"])
+@pytest.mark.parametrize("call", ["map", "imap", "typed map"])
 def test_a_long_map_routes_its_remaining_puts_elsewhere_while_a_queue_is_removed(pools, call):
     # put_batch_size 20 over 3 queues: 400 puts, sent as they are pickled (slowly: about 4 s
     # in all). Queue 2 is removed from another thread as soon as the map's first tasks are
     # stored: the map's later puts must go to queues 0 and 1.
     import threading
 
-    qp, cp = started(pools, n_queues=3, put_batch_size=20)
+    # A typed pool routes every message of type "a" to one queue, the one removed: its puts
+    # go to the type's new queue on the ring.
+    qp, cp = started(pools, n_queues=3, put_batch_size=20, **({"scheduler": "fair"} if call == "typed map" else {}))
     removed = {}
+    victim = qp.router.route("a", None) if call == "typed map" else 2
 
     def remove():
         wait_until(lambda: sum(s.total_put for s in qp.stats()) > 0, timeout_s=60, interval_s=0.001)
-        removed["moved"] = qp.remove_queue(2, timeout_s=120)
+        removed["moved"] = qp.remove_queue(victim, timeout_s=120)
 
     remover = threading.Thread(target=remove)
     remover.start()
@@ -118,9 +121,11 @@ def test_a_long_map_routes_its_remaining_puts_elsewhere_while_a_queue_is_removed
         items = [SlowToPickle(x) for x in range(8_000)]
         if call == "map":
             out = qp.map(tasks.double, items, timeout_s=120)
+        elif call == "typed map":
+            out = qp.map(tasks.double, items, timeout_s=120, type="a")
         else:
             out = list(qp.imap(tasks.double, iter(items), window=2_400, timeout_s=120))
     finally:
         remover.join(timeout=150)
     assert out == [2 * x for x in range(8_000)]
-    assert "moved" in removed and qp.queue_indices == [0, 1]
+    assert "moved" in removed and qp.queue_indices == [q for q in range(3) if q != victim]

@@ -101,11 +101,13 @@ class Sender:
         a ``map`` would then wait forever). No lock is held across the puts' answers: polls
         go on meanwhile, and a send never waits behind a poll.
 
-        A round-robin send (no ``queue``, no ``queues``) follows the routing as it changes: a
-        put to a queue taken out of routing meanwhile (``remove_queue`` from another thread)
-        goes to the next queue in turn instead, also when that queue refused it (closed,
+        A send routed by the pool (round-robin, or to the ``queue`` of its type or its one
+        key; not one given its ``queues``, such as a keyed wave) follows the routing as it
+        changes: a put to a queue taken out of routing meanwhile (``remove_queue`` from
+        another thread) goes where the routing sends it now (the next queue in turn, or the
+        queue of its type or key on the ring), also when that queue refused it (closed once
         drained) or was released already; a put it stored moves with its messages."""
-        reroute = queue is None and queues is None
+        reroute = None if queues is not None else ("next" if queue is None else "route")
         if queues is None:
             queues = self.router.assign(len(batches), queue)
         if claim is None:
@@ -122,7 +124,7 @@ class Sender:
             return self._send_all(batches, n=n, claim=claim, queues=queues, into=into, reroute=reroute, hold=hold)
 
     def _send_all(self, batches: list[PutBatch], *, queues: list[int], n: int = 0, claim: MapClaim | None = None,
-                  into: list[int] | None = None, reroute: bool = False,
+                  into: list[int] | None = None, reroute: str | None = None,
                   hold: Callable[[int], None] | None = None) -> list[int]:
         """Send every encoded batch (batch ``i`` to ``queues[i]``) concurrently; return the
         ids of the ``n`` messages by input position (with ``claim``, route their results to
@@ -169,13 +171,14 @@ class Sender:
                 self.collector.sent_ids.remember(ids, runs)
         return ids
 
-    def _put_routed(self, q: int, batch: PutBatch, reroute: bool,
+    def _put_routed(self, q: int, batch: PutBatch, reroute: str | None,
                     hold: Callable[[int], None] | None) -> tuple[int, bytes, bytes, Pending]:
         """Put ``batch`` to queue ``q`` or, with ``reroute``, if ``q`` is out of routing (being
-        removed), to the next queue in turn; ``(queue, blob, token, call in flight)``."""
+        removed), where the routing sends it now (:meth:`_rerouted`); ``(queue, blob, token,
+        call in flight)``."""
         for attempt in range(defaults.PUT_ATTEMPTS):
             if reroute and q not in self.router.targets:
-                q = self.router.next_target()
+                q = self._rerouted(batch, reroute)
                 if hold is not None:
                     hold(q)
             try:
@@ -185,11 +188,22 @@ class Sender:
                     raise
         raise AssertionError("unreachable")
 
-    def _answer_routed(self, q: int, batch: PutBatch, blob: bytes, token: bytes, pending: Pending, reroute: bool,
+    def _rerouted(self, batch: PutBatch, reroute: str) -> int:
+        """Where the routing sends ``batch`` now: the next queue in turn (``"next"``), or the
+        queue of its messages' type or key (``"route"``: every group of a batch routed to
+        one queue shares them)."""
+        if reroute == "route":
+            group = batch[0][0]
+            q = self.router.route(group.type, group.key)
+            if q is not None:
+                return q
+        return self.router.next_target()
+
+    def _answer_routed(self, q: int, batch: PutBatch, blob: bytes, token: bytes, pending: Pending, reroute: str | None,
                        hold: Callable[[int], None] | None) -> tuple[int, Any]:
         """The queue that stored ``batch`` and its answer (``(first seq, count)`` per group).
         With ``reroute``, a put refused by a queue taken out of routing meanwhile (closed once
-        drained, or released: either way it stored nothing) is put to the next queue in turn."""
+        drained, or released: either way it stored nothing) is put where the routing sends it now."""
         groups, funcs, _ = batch
         for attempt in range(defaults.PUT_ATTEMPTS):
             try:
