@@ -10,7 +10,7 @@ from daskqueue.queue.streaming import StreamClaim, _Stream
 
 def stream(items, *, window, chunk, ordered):
     released = []
-    s = _Stream(iter(items), window, chunk, None, "raise", ordered, lambda items: StreamClaim(len(items)),
+    s = _Stream(iter(items), window, chunk, None, "raise", ordered, lambda items, offset: StreamClaim(len(items)),
                 released.append)
     return s, released
 

@@ -9,6 +9,7 @@ and, for a lost transient queue, ``lost_messages`` counting the failed puts' mes
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any, Callable, Sequence
@@ -98,16 +99,33 @@ class Sender:
         registered: a call may run to its end before its put's answer is read, and its
         outcome must reach the claim, not the pool's results (another caller may take those;
         a ``map`` would then wait forever). No lock is held across the puts' answers: polls
-        go on meanwhile, and a send never waits behind a poll."""
+        go on meanwhile, and a send never waits behind a poll.
+
+        A send routed by the pool (round-robin, or to the ``queue`` of its type or its one
+        key; not one given its ``queues``, such as a keyed wave) follows the routing as it
+        changes: a put to a queue taken out of routing meanwhile (``remove_queue`` from
+        another thread) goes where the routing sends it now (the next queue in turn, or the
+        queue of its type or key on the ring), also when that queue refused it (closed once
+        drained) or was released already; a put it stored moves with its messages."""
+        reroute = None if queues is not None else ("next" if queue is None else "route")
         if queues is None:
             queues = self.router.assign(len(batches), queue)
         if claim is None:
-            return self._send_all(batches, n=n, queues=queues, into=into)
-        with self.collector.holding(queues):
-            return self._send_all(batches, n=n, claim=claim, queues=queues, into=into)
+            return self._send_all(batches, n=n, queues=queues, into=into, reroute=reroute)
+        with contextlib.ExitStack() as holds:
+            held = set(queues)
+            holds.enter_context(self.collector.holding(held))
+
+            def hold(q: int) -> None:  # a put rerouted to a queue not held yet: held before it is sent
+                if q not in held:
+                    held.add(q)
+                    holds.enter_context(self.collector.holding([q]))
+
+            return self._send_all(batches, n=n, claim=claim, queues=queues, into=into, reroute=reroute, hold=hold)
 
     def _send_all(self, batches: list[PutBatch], *, queues: list[int], n: int = 0, claim: MapClaim | None = None,
-                  into: list[int] | None = None) -> list[int]:
+                  into: list[int] | None = None, reroute: str | None = None,
+                  hold: Callable[[int], None] | None = None) -> list[int]:
         """Send every encoded batch (batch ``i`` to ``queues[i]``) concurrently; return the
         ids of the ``n`` messages by input position (with ``claim``, route their results to
         it instead, registered as each put is answered, and fill in the ids only if ``into``
@@ -120,7 +138,8 @@ class Sender:
         errors: list[tuple[int, BaseException, int]] = []
         for q, batch in zip(queues, batches):
             try:
-                sends.append((q, batch) + self._put(q, batch))
+                q, *put = self._put_routed(q, batch, reroute, hold)
+                sends.append((q, batch, *put))
             except Exception as e:  # not sent: its messages are not stored
                 errors.append((q, e, sum(g.count for g in batch[0])))
         if claim is None and sends and n <= PRIME_MAX_MESSAGES:
@@ -131,16 +150,10 @@ class Sender:
         # put thread a tenth of its time.
         unwritten: list[tuple[int, Any, Any]] = []
         stored: list[tuple[int, Any, Any]] = []
-        for q, (groups, funcs, positions), blob, token, pending in sends:
+        for q, batch, blob, token, pending in sends:
+            groups, _, positions = batch
             try:
-                try:
-                    allocated = self._put_answer(q, pending, blob, token)
-                except UnknownFunctionsError as e:  # the queue evicted them: once more, carrying them
-                    for digest in e.digests:
-                        self.table.sent_funcs[q].discard(digest)
-                    blob = encode_put(groups, funcs)
-                    allocated = self._put_answer(q, self.table.call(q, "put_batch", *self._put_args(blob, token)),
-                                                 blob, token)
+                q, allocated = self._answer_routed(q, batch, blob, token, pending, reroute, hold)
             except Exception as e:
                 errors.append((q, e, sum(g.count for g in groups)))
                 continue
@@ -157,6 +170,58 @@ class Sender:
             if runs is not None:  # as_completed(ids) may take them without a check per id
                 self.collector.sent_ids.remember(ids, runs)
         return ids
+
+    def _put_routed(self, q: int, batch: PutBatch, reroute: str | None,
+                    hold: Callable[[int], None] | None) -> tuple[int, bytes, bytes, Pending]:
+        """Put ``batch`` to queue ``q`` or, with ``reroute``, if ``q`` is out of routing (being
+        removed), where the routing sends it now (:meth:`_rerouted`); ``(queue, blob, token,
+        call in flight)``."""
+        for attempt in range(defaults.PUT_ATTEMPTS):
+            if reroute and q not in self.router.targets:
+                q = self._rerouted(batch, reroute)
+                if hold is not None:
+                    hold(q)
+            try:
+                return (q, *self._put(q, batch))
+            except Exception:
+                if not (reroute and q not in self.router.targets) or attempt == defaults.PUT_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _rerouted(self, batch: PutBatch, reroute: str) -> int:
+        """Where the routing sends ``batch`` now: the next queue in turn (``"next"``), or the
+        queue of its messages' type or key (``"route"``: every group of a batch routed to
+        one queue shares them)."""
+        if reroute == "route":
+            group = batch[0][0]
+            q = self.router.route(group.type, group.key)
+            if q is not None:
+                return q
+        return self.router.next_target()
+
+    def _answer_routed(self, q: int, batch: PutBatch, blob: bytes, token: bytes, pending: Pending, reroute: str | None,
+                       hold: Callable[[int], None] | None) -> tuple[int, Any]:
+        """The queue that stored ``batch`` and its answer (``(first seq, count)`` per group).
+        With ``reroute``, a put refused by a queue taken out of routing meanwhile (closed once
+        drained, or released: either way it stored nothing) is put where the routing sends it now."""
+        groups, funcs, _ = batch
+        for attempt in range(defaults.PUT_ATTEMPTS):
+            try:
+                try:
+                    return q, self._put_answer(q, pending, blob, token)
+                except UnknownFunctionsError as e:  # the queue evicted them: once more, carrying them
+                    for digest in e.digests:
+                        self.table.sent_funcs[q].discard(digest)
+                    blob = encode_put(groups, funcs)
+                    return q, self._put_answer(q, self.table.call(q, "put_batch", *self._put_args(blob, token)),
+                                               blob, token)
+            except Exception as e:
+                if not (reroute and q not in self.router.targets) or attempt == defaults.PUT_ATTEMPTS - 1:
+                    raise
+                logger.info("queue %d left the routing while a put to it was in flight (%s: %s); "
+                            "putting it to the next queue", q, type(e).__name__, e)
+                q, blob, token, pending = self._put_routed(q, batch, reroute, hold)
+        raise AssertionError("unreachable")
 
     def _put(self, q: int, batch: PutBatch) -> tuple[bytes, bytes, Pending]:
         groups, funcs, _ = batch

@@ -1,23 +1,25 @@
 """The parts of a stream (``queue/streaming.py``) that are not its window: its puts, made in
 order on a thread of their own (:class:`Sends`), what ``imap`` returns (:class:`Results`,
 chained in C and closed like a generator), and the outcomes of a chunk's slice as runs to
-yield or errors to raise (:func:`runs_to_raise`), and which positions a failed put left
-unstored (:func:`unstored_positions`)."""
+yield or errors to raise (:func:`runs_to_raise`), which positions a failed put left
+unstored (:func:`unstored_positions`), and an encoding error of a chunk named by its
+position in the caller's input (:func:`raise_in_input`)."""
 
 from __future__ import annotations
 
 import collections
 import itertools
+import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator
 
-from daskqueue.errors import QueueLostError, QueueMovedError
+from daskqueue.errors import PayloadTooLargeError, QueueLostError, QueueMovedError, SerializationError
 from daskqueue.queue.encode import LazyBatches
 
 #: A ``StreamClaim`` of :mod:`daskqueue.queue.streaming` (not imported: that module imports this one).
 StreamClaimLike = Any
 
-__all__ = ["Sends", "Results", "runs_to_raise", "is_lost", "unstored_positions"]
+__all__ = ["Sends", "Results", "runs_to_raise", "is_lost", "unstored_positions", "raise_in_input"]
 
 
 class Sends:
@@ -136,3 +138,30 @@ def is_lost(error: BaseException) -> bool:
     """Whether ``error`` says a queue is lost for good (a durable one that moved is not:
     its outcomes still come)."""
     return isinstance(error, QueueLostError) and not isinstance(error, QueueMovedError)
+
+
+def raise_in_input(error: BaseException, offset: int, source: str, **attributes: Any) -> None:
+    """Raise ``error``, an error of encoding one chunk of a stream, naming its task by its
+    position in the caller's input, not in the chunk (whose first item is input position
+    ``offset``): a :class:`SerializationError` or :class:`PayloadTooLargeError` with an
+    ``index`` is raised anew, of the same type, its ``index`` ``offset`` more, its message
+    saying "item N of the <source>" where it said "task i" (the rest of the message, the
+    cause and the traceback kept), with ``attributes`` set on it; any other error as it is."""
+    index = getattr(error, "index", None)
+    if not isinstance(error, (SerializationError, PayloadTooLargeError)) or index is None:
+        raise error
+    at = offset + index
+    where = f"item {at:,} of the {source}"
+    message, n = re.subn(rf"\btask {index}(?: of the batch)?\b", where, str(error), count=1)
+    if not n:
+        message = f"{message} ({where})"
+    if isinstance(error, PayloadTooLargeError):
+        moved: BaseException = PayloadTooLargeError(error.size, error.limit, index=at)
+        moved.args = (message,)
+    else:
+        moved = SerializationError(message, index=at)
+    for name, value in attributes.items():
+        setattr(moved, name, value)
+    moved.__cause__ = error.__cause__
+    moved.__suppress_context__ = True
+    raise moved.with_traceback(error.__traceback__)

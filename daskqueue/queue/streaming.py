@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal
 
 from daskqueue import defaults
-from daskqueue.errors import JoinTimeoutError, NoConsumersError, QueueCallTimeoutError, RemoteTaskError
+from daskqueue.errors import DaskQueueError, JoinTimeoutError, NoConsumersError, QueueCallTimeoutError, RemoteTaskError
 from daskqueue.queue.call_checks import check_map_call, require_consumers
 from daskqueue.queue.encode import LazyBatches
 from daskqueue.queue.options import Eta
 from daskqueue.queue.router import waves
-from daskqueue.queue.stream_parts import Results, Sends, is_lost, runs_to_raise, unstored_positions
+from daskqueue.queue.stream_parts import (Results, Sends, is_lost, raise_in_input, runs_to_raise,
+                                          unstored_positions)
 from daskqueue.results import MapClaim
 from daskqueue.serialize import pickle_function
 from daskqueue.validate import check_number
@@ -137,7 +138,7 @@ class _Stream:
     timeout_s: float | None
     errors: str
     ordered: bool
-    send: Callable[[list[Any]], StreamClaim]
+    send: Callable[[list[Any], int], StreamClaim]  # (a chunk's items, its first one's input position)
     release: Callable[[StreamClaim], None]
     chunks: list[StreamClaim] = field(default_factory=list)
     put: int = 0
@@ -161,7 +162,7 @@ class _Stream:
             if len(items) < self.chunk:
                 self.exhausted = True
             if items:
-                self.chunks.append(self.send(items))
+                self.chunks.append(self.send(items, self.put))
                 self.put += len(items)
 
     def ready(self) -> Iterator[tuple[StreamClaim, int, int]]:
@@ -231,7 +232,11 @@ class Streaming:
         (:class:`JoinTimeoutError`); if no consumer pool is started, or they all stop while
         tasks wait, :class:`NoConsumersError` is raised; a transient queue lost with its
         worker raises its :class:`QueueLostError`. The options are validated (and consumers
-        checked) at the call, before the first ``next()``.
+        checked) at the call, before the first ``next()``. An item that cannot be pickled
+        (or pickles too large) raises :class:`SerializationError`
+        (:class:`PayloadTooLargeError`) once its chunk is encoded, its ``index`` and message
+        naming its position in ``iterable`` ("item 150,123 of the imap input"); that ends the
+        stream as closing it does (below).
 
         Closing the iterator early (``break``, or its error) stops it: nothing more is
         pulled or put; the tasks already put run, and their outcomes are dropped. Use from
@@ -277,22 +282,30 @@ class Streaming:
         function = pickle_function(func) if key is None else None
 
         sends = Sends()
+        source = f"{'imap' if ordered else 'imap_unordered'} input"
 
-        def send(items: list[Any]) -> StreamClaim:
+        def send(items: list[Any], offset: int) -> StreamClaim:
             # Lazily: each put batch is pickled while the one before travels (as map's); the
             # first now, so that an item that cannot be pickled there raises with nothing sent.
-            encoded = self._encode_map(func, items, options, key, function, lazy=True)  # type: ignore[attr-defined]
+            # The encoder counts positions within the chunk: errors name them in the input.
+            try:
+                encoded = self._encode_map(func, items, options, key, function, lazy=True)  # type: ignore[attr-defined]
+            except DaskQueueError as e:
+                raise_in_input(e, offset, source)
             claim = StreamClaim(len(items))
-            sends.submit(claim, lambda: self._put_chunk(encoded, claim, options))
+            sends.submit(claim, lambda: self._put_chunk(encoded, claim, options, offset, source))
             return claim
 
         stream = _Stream(iter(iterable), window, max(1, min(CHUNK_ROUNDS * round_size, window // 4)), timeout_s, errors,
                          ordered, send, self.collector.release)
         return Results.over(self._run(stream, sends))
 
-    def _put_chunk(self, encoded: Any, claim: StreamClaim, options: Any) -> list[int] | None:
+    def _put_chunk(self, encoded: Any, claim: StreamClaim, options: Any, offset: int = 0,
+                   source: str = "input") -> list[int] | None:
         """Put a chunk (on the stream's send thread); None, or the positions not stored
-        when a put failed part-way (the error is then raised: :class:`~daskqueue.queue.stream_parts.Sends`)."""
+        when a put failed part-way (the error is then raised: :class:`~daskqueue.queue.stream_parts.Sends`).
+        ``offset``: the input position of the chunk's first item (an item that cannot be
+        encoded is named by its position in ``source``, the caller's input)."""
         # Ids are listed only where a wave's failure needs those of the waves before it.
         ids: list[int | None] | None = [None] * claim.n if encoded.keyed is not None else None
         try:
@@ -300,7 +313,10 @@ class Streaming:
             if isinstance(encoded.batches, LazyBatches):  # a batch after the first failed to encode
                 encoded.batches.raise_error()
         except BaseException as e:  # what was stored runs, unread
-            e.dq_unstored = unstored_positions(e, ids, encoded, claim.n)  # type: ignore[attr-defined]
+            unstored = unstored_positions(e, ids, encoded, claim.n)
+            e.dq_unstored = unstored  # type: ignore[attr-defined]
+            if isinstance(e, DaskQueueError):
+                raise_in_input(e, offset, source, dq_unstored=unstored)
             raise
         return None
 

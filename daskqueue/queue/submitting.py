@@ -32,6 +32,7 @@ from daskqueue.queue.encode import (
 from daskqueue.queue.options import Eta, put_options
 from daskqueue.queue.router import batch_count, waves
 from daskqueue.queue.sending import check_keys
+from daskqueue.queue.stream_parts import is_lost, unstored_positions
 from daskqueue.results import MapClaim
 from daskqueue.serialize import PickledFunction, pickle_function
 from daskqueue.validate import check_choice
@@ -66,6 +67,19 @@ def check_key_function(key: Any) -> None:
     """``map``'s ``key=``: None or a callable item -> str."""
     if key is not None and not callable(key):
         raise ConfigurationError(f"key must be a callable item -> str, got {key!r:.80}")
+
+
+def _runs_of(positions: Sequence[int]) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each run of consecutive positions, in order (ascending input)."""
+    if isinstance(positions, range) and positions.step == 1:
+        return [(positions.start, positions.stop)] if positions else []
+    runs: list[tuple[int, int]] = []
+    for p in positions:
+        if runs and runs[-1][1] == p:
+            runs[-1] = (runs[-1][0], p + 1)
+        else:
+            runs.append((p, p + 1))
+    return runs
 
 
 def _progress_bar(total: int) -> Any:
@@ -161,6 +175,13 @@ class Submitting:
         large) raises :class:`SerializationError` (:class:`PayloadTooLargeError`) naming its
         position: in the first batch, with nothing sent; later, once the batches before it
         are stored: those tasks still run, and their outcomes are dropped.
+
+        A map that raises for any reason once tasks are stored (a put refused or failed
+        part-way, that bad argument, its timeout, no consumer left, an interrupt) leaves those
+        tasks to run, and their outcomes are dropped as they arrive: a map keeps its outcomes
+        to itself, so none is ever filed with ``results()`` (the caller has no id for them),
+        as for a stream closed early (:meth:`imap`). But a lost transient queue: its
+        outcomes never come, and every poll raises from then on.
         """
         check_choice("errors", errors, ("raise", "return"))
         options = self._put_options(type, priority, None, delay_s, eta, time_limit_s)
@@ -176,24 +197,38 @@ class Submitting:
         claim = MapClaim(len(items))
         bar = _progress_bar(claim.n) if progress else None
         release = self.collector.release
+        # Ids are listed only where a wave's failure needs those of the waves before it.
+        ids: list[int | None] | None = [None] * claim.n if encoded.keyed is not None else None
+        unstored: Sequence[int] = ()
         try:
-            self._send_map(encoded, claim, options)
+            try:
+                self._send_map(encoded, claim, options, ids)
+            except BaseException as e:
+                unstored = unstored_positions(e, ids, encoded, claim.n)
+                raise
             if isinstance(encoded.batches, LazyBatches) and encoded.batches.error is not None:
-                release = self._drop_unsent(claim, encoded.batches.encoded)
+                unstored = range(encoded.batches.encoded, claim.n)
                 encoded.batches.raise_error()
             deadline = None if timeout_s is None else started + timeout_s
             return self.outcomes.wait_map(claim, bar=bar, deadline=deadline, timeout_s=timeout_s, errors=errors)
+        except BaseException as e:
+            release = self._dropped(claim, unstored, lost=is_lost(e))
+            raise
         finally:
             release(claim)
             if bar is not None:
                 bar.close()
 
-    def _drop_unsent(self, claim: MapClaim, sent: int) -> Callable[[MapClaim], None]:
-        """A map stopped sending at position ``sent``: the positions after it count as settled,
-        and the claim is released once the tasks sent arrive (their outcomes are dropped then,
-        never filed with ``results()``). Returns what releases it."""
-        if sent < claim.n:
-            claim.succeed(sent, [None] * (claim.n - sent))
+    def _dropped(self, claim: MapClaim, unstored: Sequence[int], *, lost: bool) -> Callable[[MapClaim], None]:
+        """A map raised: nobody reads its claim any more. Its ``unstored`` positions (no queue
+        stored them) count as settled, and it is released once the tasks stored all arrive,
+        their outcomes dropped then, never filed with ``results()`` (the caller has no id for
+        them). ``lost``: a transient queue was lost, whose outcomes never come: released at
+        once. Returns what releases it."""
+        if lost:
+            return self.collector.release
+        for start, stop in _runs_of(unstored):
+            claim.succeed(start, [None] * (stop - start))
         return lambda c: self.collector.release_when_complete([c])
 
     def _encode_map(self, func: Callable[..., Any], items: Sequence[Any], options: PutOptions,
@@ -214,13 +249,17 @@ class Submitting:
         )
         return MapPut(batches=batches.first() if isinstance(batches, LazyBatches) else batches)
 
-    def _send_map(self, encoded: MapPut, claim: MapClaim, options: PutOptions) -> None:
-        """Send a map's encoded messages, their outcomes routed to ``claim`` (by position)."""
+    def _send_map(self, encoded: MapPut, claim: MapClaim, options: PutOptions,
+                  ids: list[int | None] | None = None) -> None:
+        """Send a map's encoded messages, their outcomes routed to ``claim`` (by position).
+        A send that fails part-way raises with ``stored_ids`` (None where no queue stored the
+        message); keyed, the waves' ids are noted in ``ids`` as they are stored (a failed
+        wave's error knows only its own)."""
         if encoded.keyed is not None:
             for wave in waves(encoded.keyed):
-                self.sender.send([b for _, b in wave], claim=claim, queues=[q for q, _ in wave])
+                self.sender.send([b for _, b in wave], claim=claim, queues=[q for q, _ in wave], into=ids)
         else:
-            self.sender.send(encoded.batches, claim=claim, queue=self._route(options))  # type: ignore[arg-type]
+            self.sender.send(encoded.batches, n=claim.n, claim=claim, queue=self._route(options))  # type: ignore[arg-type]
 
     # -- raw items ----------------------------------------------------------------------------
 
