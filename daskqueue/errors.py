@@ -81,8 +81,9 @@ class InvalidTaskError(DaskQueueError, TypeError):
 class SerializationError(DaskQueueError):
     """A function, argument or item could not be pickled (or unpickled).
 
-    ``index`` is the position of the offending task in the submitted batch (``None`` for a single
-    submission); the original error is the ``__cause__``.
+    ``index`` is the position of the offending task in the caller's input (the submitted batch,
+    or the whole iterable of a stream such as ``imap``; ``None`` for a single submission); the
+    original error is the ``__cause__``.
     """
 
     def __init__(self, message: str, *, index: int | None = None) -> None:
