@@ -173,12 +173,17 @@ def sample(client: Any, qp: Any, cp: Any, task: Any, drop: Any, args: Any) -> li
     return samples
 
 
-def main() -> None:
-    p = common.parser("latency_stages", __doc__)
+def add_sample_args(p: Any) -> None:
+    """The sampling options shared with ``latency_worker``: --n, --warmup, --gap-ms, --isolation."""
     p.add_argument("--n", type=positive, default=200, help="samples")
     p.add_argument("--warmup", type=int, default=20, help="untimed samples first")
     p.add_argument("--gap-ms", type=float, default=20.0, help="idle pause before every sample")
     p.add_argument("--isolation", default="auto", help="consumers' isolation (auto: a child process)")
+
+
+def main() -> None:
+    p = common.parser("latency_stages", __doc__)
+    add_sample_args(p)
     args = p.parse_args()
     env = common.environment("latency_stages")
     # By reference (run as __main__, cloudpickle would send copies with their own RECORDS)

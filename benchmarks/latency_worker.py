@@ -25,8 +25,8 @@ import time
 from typing import Any
 
 from benchmarks import common
-from benchmarks.common import daskqueue_pools, local_cluster, log, positive
-from benchmarks.latency_stages import sample
+from benchmarks.common import daskqueue_pools, local_cluster, log
+from benchmarks.latency_stages import add_sample_args, sample
 
 #: The records of this process: (probe, "in" | "out", wall time).
 RECORDS: list[tuple[str, str, float]] = []
@@ -175,10 +175,7 @@ def _print_trace(sample: dict[str, float], window: list[tuple[str, str, float]])
 
 def main() -> None:
     p = common.parser("latency_worker", __doc__)
-    p.add_argument("--n", type=positive, default=200, help="samples")
-    p.add_argument("--warmup", type=int, default=20, help="untimed samples first")
-    p.add_argument("--gap-ms", type=float, default=20.0, help="idle pause before every sample")
-    p.add_argument("--isolation", default="auto", help="consumers' isolation (auto: a child process)")
+    add_sample_args(p)
     p.add_argument("--probe", action="append", default=None, help="module:Qualified.name (repeatable)")
     p.add_argument("--loop-trace", type=int, default=0, metavar="K",
                    help="also print the event loop's callbacks, put done -> outcome answered, of K samples")
