@@ -145,11 +145,7 @@ class LaneConnection:
                 self._held.append(frame)
                 frame = b"".join(self._held)
                 self._held.clear()
-            try:
-                self._send_all(frame)
-            except OSError as e:
-                self._break(e)
-                raise LaneBroken(f"lane send failed: {e}") from e
+            self._write(frame)
         return rid
 
     def flush(self) -> None:
@@ -161,9 +157,18 @@ class LaneConnection:
             data = b"".join(self._held)
             self._held.clear()
             try:
-                self._send_all(data)
-            except OSError as e:
-                self._break(e)
+                self._write(data)
+            except LaneBroken:
+                pass  # broken: their waiters go through Dask
+
+    def _write(self, data: bytes) -> None:
+        """Send ``data`` whole (under the send lock), or break the connection and raise
+        :class:`LaneBroken`."""
+        try:
+            self._send_all(data)
+        except OSError as e:
+            self._break(e)
+            raise LaneBroken(f"lane send failed: {e}") from e
 
     def _send_all(self, data: bytes) -> None:
         view = memoryview(data)
