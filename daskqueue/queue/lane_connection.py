@@ -108,6 +108,7 @@ class LaneConnection:
         self._replies: dict[int, tuple[int, bytes]] = {}
         self._unwanted: set[int] = set()
         self._held: list[bytes] = []  # requests held back (see send), under _send_lock
+        self._held_ids: list[int] = []  # their ids: they fall due when written, not when held
         self._loss_s = loss_timeout_s
         #: Request id -> when its reply is overdue (monotonic), until it is read.
         self._due: dict[int, float] = {}
@@ -140,11 +141,11 @@ class LaneConnection:
             self._due[rid] = time.monotonic() + wait_s + self._loss_s
             if hold:
                 self._held.append(frame)
+                self._held_ids.append(rid)
                 return rid
             if self._held:
                 self._held.append(frame)
-                frame = b"".join(self._held)
-                self._held.clear()
+                frame = self._take_held()
             self._write(frame)
         return rid
 
@@ -154,12 +155,22 @@ class LaneConnection:
         with self._send_lock:
             if not self._held or self.broken is not None:
                 return
-            data = b"".join(self._held)
-            self._held.clear()
+            data = self._take_held()
             try:
                 self._write(data)
             except LaneBroken:
                 pass  # broken: their waiters go through Dask
+
+    def _take_held(self) -> bytes:
+        """The held requests as one write (under the send lock); each falls due from now."""
+        due = time.monotonic() + self._loss_s  # held requests are puts: answered at once
+        for rid in self._held_ids:
+            if rid in self._due:
+                self._due[rid] = due
+        data = b"".join(self._held)
+        self._held.clear()
+        self._held_ids.clear()
+        return data
 
     def _write(self, data: bytes) -> None:
         """Send ``data`` whole (under the send lock), or break the connection and raise
@@ -223,6 +234,8 @@ class LaneConnection:
                             self._unwanted.discard(frid)
                         else:
                             self._replies[frid] = (status, body)
+                    if self._replies:  # other threads' replies: their waiters take them now
+                        self._cond.notify_all()
                     if mine is not None:
                         return mine
                     if self.broken is not None:

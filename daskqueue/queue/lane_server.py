@@ -26,6 +26,8 @@ import pickle
 import socket
 from typing import Any
 
+from daskqueue.queue.lane import lane_loss_timeout
+from daskqueue.queue.lane_connection import set_loss_detection
 from daskqueue.queue.lane_wire import (
     ERROR,
     FALLBACK,
@@ -57,6 +59,9 @@ class LaneServer:
         self.key = key
         self.worker = worker
         self.secret = os.urandom(SECRET_BYTES)
+        #: A connection whose peer is gone ends about this long after (TCP keepalive and
+        #: user timeout, as the client's end); one that sends no hello is closed after it.
+        self.loss_timeout_s = lane_loss_timeout()
         self.connections: set[_LaneProtocol] = set()
         self._server: asyncio.AbstractServer | None = None
         self.endpoint: tuple[str, int, bytes] | None = None
@@ -96,6 +101,7 @@ class _LaneProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._hello = False
+        self._hello_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -103,9 +109,18 @@ class _LaneProtocol(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            set_loss_detection(sock, self._server.loss_timeout_s)
+        self._hello_timer = asyncio.get_running_loop().call_later(self._server.loss_timeout_s, self._no_hello)
         self._server.connections.add(self)
 
+    def _no_hello(self) -> None:
+        if not self._hello:
+            logger.debug("lane: a connection sent no hello in %.0f s; closed", self._server.loss_timeout_s)
+            self.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
         self._server.connections.discard(self)
         self._transport = None
 
@@ -128,6 +143,8 @@ class _LaneProtocol(asyncio.Protocol):
                         and hmac.compare_digest(bytes(buf[len(HELLO) : need]), self._server.secret)):
                     raise LaneProtocolError("bad hello")
                 self._hello = True
+                if self._hello_timer is not None:
+                    self._hello_timer.cancel()
                 del buf[:need]
             pos, size, head = 0, len(buf), HEADER.size
             while size - pos >= head:
