@@ -129,3 +129,30 @@ def test_a_long_map_routes_its_remaining_puts_elsewhere_while_a_queue_is_removed
         remover.join(timeout=150)
     assert out == [2 * x for x in range(8_000)]
     assert "moved" in removed and qp.queue_indices == [q for q in range(3) if q != victim]
+
+
+@pytest.mark.timeout(10)
+def test_only_a_refusal_by_a_removed_queue_sends_a_put_elsewhere():
+    """A put that failed in a way that may have stored it (a timeout, a lost answer while the
+    queue was still there) or that would fail again (a bad payload) is never put twice."""
+    from types import SimpleNamespace
+
+    from daskqueue.errors import (
+        PayloadTooLargeError,
+        PoolClosedError,
+        QueueCallTimeoutError,
+        QueueClosedError,
+        QueueLostError,
+    )
+    from daskqueue.queue.sending import Sender
+
+    sender = SimpleNamespace(router=SimpleNamespace(targets=[0, 2]), table=SimpleNamespace(removed=set()))
+    refused = functools.partial(Sender._refused_for_removal, sender)
+    assert refused(1, QueueClosedError("closed once drained"))
+    assert not refused(0, QueueClosedError("a queue still routed to"))
+    assert not refused(1, QueueCallTimeoutError(1, "put_batch", 5.0))
+    assert not refused(1, PoolClosedError("pool"))
+    assert not refused(1, PayloadTooLargeError(10, 5))
+    assert not refused(1, QueueLostError(1, "tcp://x:1", "transient"))  # not removed yet: it may have stored it
+    sender.table.removed.add(1)
+    assert refused(1, QueueLostError(1, "tcp://x:1", "transient"))  # released with the queue

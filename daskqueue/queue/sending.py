@@ -15,7 +15,15 @@ import os
 from typing import Any, Callable, Sequence
 
 from daskqueue import defaults
-from daskqueue.errors import ConfigurationError, QueueLostError, QueueMovedError, UnknownFunctionsError
+from daskqueue.errors import (
+    ConfigurationError,
+    PoolClosedError,
+    QueueCallTimeoutError,
+    QueueClosedError,
+    QueueLostError,
+    QueueMovedError,
+    UnknownFunctionsError,
+)
 from daskqueue.messages import QUEUE_INDEX_BITS, make_id
 from daskqueue.queue.encode import PutBatch, encode_keyed
 from daskqueue.queue.router import Router, consecutive_runs, waves
@@ -183,10 +191,19 @@ class Sender:
                     hold(q)
             try:
                 return (q, *self._put(q, batch))
-            except Exception:
-                if not (reroute and q not in self.router.targets) or attempt == defaults.PUT_ATTEMPTS - 1:
+            except Exception as e:
+                if not (reroute and self._refused_for_removal(q, e)) or attempt == defaults.PUT_ATTEMPTS - 1:
                     raise
         raise AssertionError("unreachable")
+
+    def _refused_for_removal(self, q: int, e: Exception) -> bool:
+        """Whether a put to ``q`` failed because ``q`` left the pool (closed once drained, or
+        released): then it stored nothing and may go elsewhere. Any other failure (a
+        timeout, a lost answer, a bad payload) may have stored it, or would fail again: it
+        is raised, never put twice under a new token."""
+        if q in self.router.targets or isinstance(e, (QueueCallTimeoutError, PoolClosedError)):
+            return False
+        return isinstance(e, QueueClosedError) or (q in self.table.removed and isinstance(e, QueueLostError))
 
     def _rerouted(self, batch: PutBatch, reroute: str) -> int:
         """Where the routing sends ``batch`` now: the next queue in turn (``"next"``), or the
@@ -203,7 +220,8 @@ class Sender:
                        hold: Callable[[int], None] | None) -> tuple[int, Any]:
         """The queue that stored ``batch`` and its answer (``(first seq, count)`` per group).
         With ``reroute``, a put refused by a queue taken out of routing meanwhile (closed once
-        drained, or released: either way it stored nothing) is put where the routing sends it now."""
+        drained, or released: either way it stored nothing; see :meth:`_refused_for_removal`)
+        is put where the routing sends it now."""
         groups, funcs, _ = batch
         for attempt in range(defaults.PUT_ATTEMPTS):
             try:
@@ -216,7 +234,7 @@ class Sender:
                     return q, self._put_answer(q, self.table.call(q, "put_batch", *self._put_args(blob, token)),
                                                blob, token)
             except Exception as e:
-                if not (reroute and q not in self.router.targets) or attempt == defaults.PUT_ATTEMPTS - 1:
+                if not (reroute and self._refused_for_removal(q, e)) or attempt == defaults.PUT_ATTEMPTS - 1:
                     raise
                 logger.info("queue %d left the routing while a put to it was in flight (%s: %s); "
                             "putting it to the next queue", q, type(e).__name__, e)
