@@ -115,12 +115,20 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
 
 
 def _consumers_hold(pool: Any, index: int) -> bool:
-    """Whether a consumer of ``pool`` still holds a batch it fetched from queue ``index``.
-    With ``early_ack`` such a batch is settled (not pending) but its outcomes reach the queue
-    only after it ran: closing the queue before would lose them. A consumer whose worker
-    died is left out of ``stats`` (its early-acked tasks are lost with it, as that option
-    says); each call is bounded (``ConsumerPool.stats``)."""
-    return any(index in s.inflight_queues for cp in pool.consumer_pools() for s in cp.stats())
+    """Whether an ``early_ack`` consumer of ``pool`` may still hold a batch it fetched from
+    queue ``index``: such a batch is settled (not pending) but its outcomes reach the queue
+    only after it ran, so closing the queue before would lose them. (A late-acked batch is
+    leased: ``pending`` already counts it.) A live consumer that does not answer ``stats``
+    counts as holding one; one whose worker died is no longer live (its early-acked tasks
+    are lost with it, as that option says). Each call is bounded (``ConsumerPool.stats``)."""
+    for cp in pool.consumer_pools():
+        if not getattr(cp, "early_ack", False):
+            continue
+        live = len(cp.members.live())
+        stats = cp.stats()
+        if len(stats) < live or any(index in s.inflight_queues for s in stats):
+            return True
+    return False
 
 
 def _any_attached(pool: Any) -> bool:
