@@ -30,7 +30,7 @@ from daskqueue.queue.encode import (
     pack_bound,
 )
 from daskqueue.queue.options import Eta, put_options
-from daskqueue.queue.router import batch_count, waves
+from daskqueue.queue.router import batch_count, consecutive_runs, waves
 from daskqueue.queue.sending import check_keys
 from daskqueue.queue.stream_parts import is_lost, unstored_positions
 from daskqueue.results import MapClaim
@@ -67,19 +67,6 @@ def check_key_function(key: Any) -> None:
     """``map``'s ``key=``: None or a callable item -> str."""
     if key is not None and not callable(key):
         raise ConfigurationError(f"key must be a callable item -> str, got {key!r:.80}")
-
-
-def _runs_of(positions: Sequence[int]) -> list[tuple[int, int]]:
-    """``(start, stop)`` of each run of consecutive positions, in order (ascending input)."""
-    if isinstance(positions, range) and positions.step == 1:
-        return [(positions.start, positions.stop)] if positions else []
-    runs: list[tuple[int, int]] = []
-    for p in positions:
-        if runs and runs[-1][1] == p:
-            runs[-1] = (runs[-1][0], p + 1)
-        else:
-            runs.append((p, p + 1))
-    return runs
 
 
 def _progress_bar(total: int) -> Any:
@@ -227,8 +214,8 @@ class Submitting:
         once. Returns what releases it."""
         if lost:
             return self.collector.release
-        for start, stop in _runs_of(unstored):
-            claim.succeed(start, [None] * (stop - start))
+        for _, count, start in consecutive_runs(0, unstored):
+            claim.succeed(start, [None] * count)
         return lambda c: self.collector.release_when_complete([c])
 
     def _encode_map(self, func: Callable[..., Any], items: Sequence[Any], options: PutOptions,
