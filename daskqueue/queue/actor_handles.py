@@ -75,10 +75,7 @@ class DirectActor(Actor):
         if client is None or self._client is not None or self._worker is not None:
             super()._try_bind_worker_client()
             return
-        from distributed import Future
-
-        self._client = client
-        self._future = Future(self.key, client)
+        bound_to(self, client)
 
     @property
     def _worker_rpc(self) -> Any:
