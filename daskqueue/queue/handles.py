@@ -121,13 +121,13 @@ def direct_handles(
 
     ``direct=None`` probes one call per handle (``stats``) and keeps the plain handles, via
     the scheduler, if any probe fails; ``True`` uses direct handles without probing;
-    ``False`` returns ``handles`` unchanged. ``client`` is the pool's client, which the
-    handles call through (default: the client Dask holds current).
+    ``False`` returns ``handles`` themselves. ``client`` is the pool's client, which the
+    handles call through, plain ones included (default: the client Dask holds current).
     """
-    if direct is False:
-        return handles
-    from daskqueue.queue.actor_handles import DirectActor
+    from daskqueue.queue.actor_handles import DirectActor, bound_to
 
+    if direct is False:
+        return [bound_to(h, client) for h in handles]
     wrapped = [DirectActor(h._cls, h._address, h.key, client=client) for h in handles]
     if direct is True:
         return wrapped
@@ -140,7 +140,7 @@ def direct_handles(
             "the client cannot call the queue actors' workers directly (%s); calls go "
             "through the scheduler instead, which is slower", e,
         )
-        return handles
+        return [bound_to(h, client) for h in handles]
     return wrapped
 
 

@@ -149,6 +149,28 @@ def test_unreachable_worker_falls_back_to_the_scheduler_proxy(pools, caplog):
     assert "through the scheduler" in caplog.text
 
 
+@pytest.mark.timeout(60)
+def test_plain_handles_call_through_the_pools_client_not_dasks_current_one(pools, client):
+    """A pool with ``direct_to_workers=False``, or whose probe fell back to the scheduler,
+    keeps plain handles: they too must call through the pool's own client (a queue's
+    successor handle came back bound to whichever client Dask held current)."""
+    from distributed import Client
+    from distributed.actor import Actor
+
+    from daskqueue.queue.handles import direct_handles
+
+    qp = pools.queue(1, direct_to_workers=False)
+    good = qp.queues[0]
+    with Client(client.scheduler.address, set_as_default=False, timeout=30) as other:
+        plain = Actor(good._cls, good._address, good.key)  # bound to the current (session) client
+        assert plain._client is client
+        (kept,) = direct_handles([plain], client=other, direct=False)
+        assert kept._client is other and kept._future.client is other
+        unreachable = Actor(good._cls, "tcp://127.0.0.1:9", good.key)
+        (fallen_back,) = direct_handles([unreachable], client=other, probe_timeout_s=1.0)
+        assert fallen_back._client is other and fallen_back._future.client is other
+
+
 def test_map_with_a_bad_priority_is_refused_before_anything_is_put(pools):
     qp = pools.queue(1)
     with pytest.raises(ConfigurationError, match="priority"):
