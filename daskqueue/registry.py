@@ -37,9 +37,9 @@ def actor_ref(handle: Any) -> tuple[str, str, str]:
     return (f"{cls.__module__}:{cls.__qualname__}", handle._address, handle.key)
 
 
-def actor_from_ref(ref: tuple[str, str, str]) -> Any:
-    """An actor handle (its calls go straight to its worker, through the current client)
-    from :func:`actor_ref` data."""
+def actor_from_ref(ref: tuple[str, str, str], client: Any = None) -> Any:
+    """An actor handle (its calls go straight to its worker, through ``client``, by default
+    the current one) from :func:`actor_ref` data."""
     from daskqueue.queue.handles import DirectActor
 
     path, address, key = ref
@@ -47,7 +47,7 @@ def actor_from_ref(ref: tuple[str, str, str]) -> Any:
     cls: Any = importlib.import_module(module)
     for part in qualname.split("."):
         cls = getattr(cls, part)
-    return DirectActor(cls, address, key)
+    return DirectActor(cls, address, key, client=client)
 
 
 def _set(client: Any, keys: list[str], value: Any) -> None:

@@ -187,3 +187,26 @@ def test_an_attached_handle_stops_routing_to_a_queue_it_finds_removed():
     with pytest.raises(QueueClosedError, match="removed"):
         handle.table.answer(1, Pending(closed, object()))
     assert handle.router.targets == [0] and 1 in handle.table.removed
+
+
+@pytest.mark.timeout(90)
+def test_an_attached_handle_calls_through_its_own_client_and_closes_its_lanes(client, pools):
+    """Attached through a client that is not Dask's current one, the handle's queue calls go
+    through that client (they went through the current one), and closing the handle closes
+    its lane sockets (they were left for the garbage collector)."""
+    from distributed import Client
+
+    from tests.helpers import wait_until
+
+    qp = pools.queue(1, name="attach-own-client")
+    cp = pools.consumer(qp, n_consumers=1, isolation="thread")
+    cp.start()
+    with Client(client.scheduler.address, set_as_default=False, timeout=30) as other:
+        attached = QueuePool.attach(other, "attach-own-client")
+        handle = attached.queues[0]
+        assert handle._client is other
+        wait_until(lambda: attached.result(attached.submit(tasks.double, 2), timeout_s=30) == 4
+                   and handle.lane_peer() is not None, timeout_s=30)
+        attached.close()
+        assert handle.lane_peer() is None
+        assert qp.map(tasks.double, [1, 2]) == [2, 4]  # the pool serves on

@@ -288,6 +288,11 @@ class PoolHandle(QueuePool):
                     self.table.answer(q, self.table.call(q, "forget_producer", self.producer))
                 except Exception as e:  # best effort: its records then wait in the queue
                     logger.debug("%r: queue %d did not forget producer %d: %s", self, q, self.producer, e)
+        if self._role == "attached":  # its handles are its own (a map sibling shares its parent's)
+            for handle in self.table.handles:
+                close_lane = getattr(type(handle), "close_lane", None)
+                if close_lane is not None:
+                    close_lane(handle)  # its sockets to the queues' lanes, not left to the GC
         logger.info("%r closed (the pool stays open)", self)
 
     def forget_queue(self, q: int) -> None:
@@ -337,8 +342,10 @@ def _scheduler_lost(client: Any) -> Any:
     return lambda: None if client.status in ("running", "connecting", "newly-created") else client.status
 
 
-def _handles_from_refs(refs: dict[int, Any], n: int, *, on_worker: bool) -> tuple[list[Any], set[int]]:
-    """Actor handles by queue index from registry refs, and the indices with none."""
+def _handles_from_refs(refs: dict[int, Any], n: int, *, on_worker: bool,
+                       client: Any = None) -> tuple[list[Any], set[int]]:
+    """Actor handles by queue index from registry refs (calling through ``client``), and
+    the indices with none."""
     handles: list[Any] = []
     missing = set()
     for q in range(n):
@@ -347,12 +354,12 @@ def _handles_from_refs(refs: dict[int, Any], n: int, *, on_worker: bool) -> tupl
             handles.append(NoQueue(q))
             missing.add(q)
             continue
-        handles.append(_handle_from_ref(ref, on_worker=on_worker))
+        handles.append(_handle_from_ref(ref, on_worker=on_worker, client=client))
     return handles, missing
 
 
-def _handle_from_ref(ref: Any, *, on_worker: bool) -> Any:
-    actor = registry.actor_from_ref(tuple(ref))
+def _handle_from_ref(ref: Any, *, on_worker: bool, client: Any = None) -> Any:
+    actor = registry.actor_from_ref(tuple(ref), client)
     # On a worker, a handle that holds no Dask future (see WorkerActor).
     return WorkerActor(actor._cls, actor._address, actor.key) if on_worker else actor
 
@@ -371,7 +378,7 @@ def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> Po
     refs = {int(i): ref for i, ref in (entry.get("queues") or {}).items()}
     # By index: a removed queue's index stays taken, so the slots run to the highest index.
     n = max(int(entry["n_queues"]), 1 + max(refs, default=-1))
-    handles, missing = _handles_from_refs(refs, n, on_worker=False)
+    handles, missing = _handles_from_refs(refs, n, on_worker=False, client=client)
     spec = ProducerSpec(name, PoolConfig(**entry["config"]), entry.get("time_limit_s"), tuple(refs.get(q) for q in
                         range(len(handles))), new_producer_tag() if producer is None else producer,
                         client.scheduler.address)
@@ -380,8 +387,8 @@ def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> Po
     pool.table.removed_by_owner = lambda q: q in ((registry.registered_pool(client, name) or {}).get("removed") or ())
     # It follows the queues the owner adds and removes (see queue/attached_follow.py).
     pool.collector.follow = follower_of(pool, lambda: registry.registered_pool(client, name),
-                                        lambda ref: _handle_from_ref(ref, on_worker=False))
-    apply_entry(pool, entry, lambda ref: _handle_from_ref(ref, on_worker=False))  # a queue being removed
+                                        lambda ref: _handle_from_ref(ref, on_worker=False, client=client))
+    apply_entry(pool, entry, lambda ref: _handle_from_ref(ref, on_worker=False, client=client))  # being removed
     logger.info("%r attached", pool)
     return pool
 
@@ -393,7 +400,7 @@ def _registered_handle(client: Any, name: str, q: int) -> tuple[bool, Any]:
     if entry is None:
         return False, None
     ref = (entry.get("queues") or {}).get(str(q))
-    return True, None if ref is None else registry.actor_from_ref(tuple(ref))
+    return True, None if ref is None else registry.actor_from_ref(tuple(ref), client)
 
 
 def _in_worker_process() -> bool:
