@@ -80,7 +80,8 @@ class PoolSource:
             return made[0]
 
     def _make(self, producer: int) -> PoolHandle:
-        from daskqueue.queue.attached import LoopQueue, attach_by_name, build_handle
+        from daskqueue.queue.attached import attach_by_name, build_handle
+        from daskqueue.queue.loop_queue import LoopQueue
 
         spec = self.spec.with_producer(producer)
         if self._calls is not None:
