@@ -47,6 +47,7 @@ from daskqueue.scheduler_plugin import (  # re-exported: their users import them
     MembershipPlugin,
     queue_target,
 )
+from daskqueue.scheduler_query import register_plugin
 from daskqueue.warm import warm_workers
 
 __all__ = ["MembershipPlugin", "Membership", "membership", "forget", "queue_target", "TOPIC", "LOAD_TOPIC",
@@ -97,7 +98,7 @@ class Membership:
         self._stop = threading.Event()
         topic = TOPIC
         try:
-            client.register_plugin(MembershipPlugin())
+            register_plugin(client, MembershipPlugin())
         except Exception as e:  # e.g. daskqueue is not installed where the scheduler runs
             logger.warning("daskqueue: cannot register the membership plugin on the scheduler "
                            "(%s); following the scheduler's 'all' events instead", e)

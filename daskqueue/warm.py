@@ -19,6 +19,8 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from daskqueue.scheduler_query import register_plugin
+
 __all__ = ["ACTOR_MODULES", "WarmWorkers", "warm_workers"]
 
 logger = logging.getLogger("daskqueue")
@@ -52,6 +54,6 @@ def warm_workers(client: Any) -> None:
     """Register :class:`WarmWorkers` with ``client``'s cluster (once per scheduler: it is
     idempotent); a failure only logs (nothing depends on it but the speed of a move)."""
     try:
-        client.register_plugin(WarmWorkers())
+        register_plugin(client, WarmWorkers())
     except Exception as e:
         logger.info("daskqueue: workers not warmed (%s): actor modules load on first use", e)

@@ -38,3 +38,30 @@ def test_every_worker_present_and_joining_later_loads_the_queue_modules_once_a_p
                            timeout_s=60)
             finally:
                 qp.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_scheduler_that_never_answers_a_plugin_registration_fails_it_in_bounded_time(cluster_factory) -> None:
+    """``Client.register_plugin`` takes no deadline: a scheduler that took the request and
+    never answered held a pool's opening for good (it registers the warm-up and membership
+    plugins). The scheduler's handler is made to hang; the registration raises in time."""
+    import time
+
+    from daskqueue.scheduler_query import register_plugin
+    from daskqueue.warm import WarmWorkers
+
+    cluster, client = cluster_factory(1)
+
+    def hang_plugin_registrations(dask_scheduler):
+        import asyncio
+
+        async def never(*args, **kwargs):
+            await asyncio.sleep(3600)
+
+        dask_scheduler.handlers["register_worker_plugin"] = never
+
+    client.run_on_scheduler(hang_plugin_registrations)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        register_plugin(client, WarmWorkers(), timeout_s=2.0)
+    assert time.monotonic() - started < 15
