@@ -12,6 +12,14 @@ copy: two lists holding the same objects compare by pointer, in C, a few nanosec
 Only an equal list is trusted, so a list the caller changed since is never misread (it takes
 the general path). A recalled entry is forgotten (its outcomes are taken once).
 
+Only while a stream is on: a pool whose caller never hands a list back to ``as_completed``
+keeps nothing (the copy, the runs' merge and up to ``MAX_IDS`` ids held alive were paid on
+every ``batch_submit`` of ``MIN_IDS`` or more, stream or not). Keeping starts when
+``as_completed`` is given a list (:meth:`SentIds.recall`: that list itself, handed out
+before, goes the general way) and stops when a kept list is dropped by the bound without
+having been recalled (the caller stopped streaming, or streams with more in flight than
+the bound holds: the general way then); the lists kept then stay recallable.
+
 Bounded: lists of fewer than ``MIN_IDS`` ids are not kept (finding their runs costs
 little), and at most ``MAX_IDS`` ids are kept in all, the oldest dropped first; a kept copy
 holds its ids alive (about 40 bytes an id once the caller dropped its own list). Thread-safe.
@@ -20,6 +28,7 @@ Pure: no Dask, no clock, no I/O.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 
@@ -55,15 +64,24 @@ def merge_runs(runs: list[Run]) -> list[Run]:
 class SentIds:
     """The latest ``batch_submit`` id lists and their runs (see the module docstring)."""
 
-    def __init__(self, *, min_ids: int = MIN_IDS, max_ids: int = MAX_IDS) -> None:
-        self.min_ids = min_ids
+    def __init__(self, *, min_ids: int = MIN_IDS, max_ids: int = MAX_IDS, streaming: bool = False) -> None:
+        self._min_ids = min_ids
         self.max_ids = max_ids
+        #: Whether lists handed out are kept (see the module docstring).
+        self.streaming = streaming
         self._entries: OrderedDict[tuple[int, int, int], tuple[list[int], list[Run]]] = OrderedDict()
         self._held = 0
         self._lock = threading.Lock()
 
+    @property
+    def min_ids(self) -> int:
+        """The fewest ids of a list that is kept; no list is while no stream is on (a
+        sender that checks this first skips finding the runs it would offer)."""
+        return self._min_ids if self.streaming else sys.maxsize
+
     def remember(self, ids: list[int], runs: list[Run]) -> None:
-        """``ids`` (about to be handed out, their runs ``runs``) may come back: keep a copy."""
+        """``ids`` (about to be handed out, their runs ``runs``) may come back: keep a copy
+        (while a stream is on). Dropping the oldest, never recalled, past the bound ends it."""
         n = len(ids)
         if n < self.min_ids or n > self.max_ids:
             return
@@ -78,12 +96,15 @@ class SentIds:
             while self._held > self.max_ids:
                 _, (dropped, _) = self._entries.popitem(last=False)
                 self._held -= len(dropped)
+                # Never recalled: nobody streams these lists (any more), keep no new ones.
+                self.streaming = False
 
     def recall(self, ids: list[int]) -> tuple[list[int], list[Run]] | None:
         """The kept copy of ``ids`` and its runs, forgotten now, if ``ids`` equals a list
-        handed out lately; else None."""
+        handed out lately; else None. A stream is on from now (the next lists are kept)."""
         n = len(ids)
-        if n < self.min_ids or not self._entries:
+        self.streaming = True
+        if n < self._min_ids or not self._entries:
             return None
         try:
             entry = self._entries.get((n, ids[0], ids[-1]))

@@ -24,6 +24,8 @@ def test_as_completed_of_batch_submit_ids_checks_no_id_and_yields_each_once(pool
     checked = []
     real = outcomes.id_runs
     monkeypatch.setattr(outcomes, "id_runs", lambda ids: checked.append(len(ids)) or real(ids))
+    dict(cp.as_completed(qp.batch_submit([(tasks.double, 0)]), timeout=60))  # the stream starts (sent_ids)
+    checked.clear()
     chunks = [qp.batch_submit([(tasks.double, i) for i in range(k, k + 5000)]) for k in (0, 5000)]
     got = {}
     for ids in chunks:
