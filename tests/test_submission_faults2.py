@@ -1,0 +1,87 @@
+"""Client-side submission faults, continued: a map interrupted part-way (a ``KeyboardInterrupt``
+while it waits for a put's answer or encodes a batch) drops exactly the outcomes of what it
+stored, filing none with ``results()`` and losing none of another caller's. On the shared
+cluster; the interrupt is raised in the client by a patched method of the pool's sender or
+by an argument's pickling, Dask itself stays real."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests import tasks
+from tests.helpers import wait_until
+
+
+def started(pools, n_queues=2, n_consumers=2, **kwargs):
+    qp = pools.queue(n_queues, max_retries=0, **kwargs)
+    cp = pools.consumer(qp, n_consumers=n_consumers)
+    cp.start()
+    return qp, cp
+
+
+def _nothing_registered(qp):
+    """The collector routes nothing to a claim any more (a peek at its private tables: no
+    public view of what it routes)."""
+    return not any(qp.collector._claims) and not qp.collector._closing
+
+
+class Interrupting:
+    """An argument whose pickling is interrupted, as by Ctrl-C while ``map`` encodes it."""
+
+    def __reduce__(self):
+        raise KeyboardInterrupt
+
+
+def _interrupt_the_second_answer(qp, monkeypatch):
+    """The calling thread's second wait for a put's answer is interrupted (other threads'
+    puts are answered as usual)."""
+    caller = threading.current_thread()
+    real = qp.sender._put_answer
+    calls = []
+
+    def put_answer(*args, **kwargs):
+        if threading.current_thread() is caller:
+            calls.append(1)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(qp.sender, "_put_answer", put_answer)
+    return calls
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where, keyed", [("answer", False), ("answer", True), ("encode", False)])
+def test_an_interrupted_map_files_none_of_its_outcomes_and_loses_none_of_others(pools, monkeypatch, where, keyed):
+    # Puts of 10 over 2 queues: 4 puts, all sent before the first answer is read. The
+    # interrupt comes with one put answered and three in flight ("answer"), or while the
+    # third batch is encoded, two puts in flight ("encode").
+    qp, cp = started(pools, put_batch_size=10)
+    before = qp.batch_submit([(tasks.double, i) for i in range(5)])
+    items = list(range(40))
+    if where == "encode":
+        items[25] = Interrupting()
+    else:
+        calls = _interrupt_the_second_answer(qp, monkeypatch)
+    other = {}
+    other_map = threading.Thread(target=lambda: other.update(out=qp.map(tasks.double, range(300), timeout_s=90)))
+    other_map.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            qp.map(tasks.double, items, key=(lambda x: f"k{x % 4}") if keyed else None)
+    finally:
+        other_map.join(timeout=100)
+    assert other["out"] == [2 * x for x in range(300)]
+    if where == "answer":
+        assert len(calls) >= 2
+    stats = qp.stats()
+    assert sum(s.total_put for s in stats) > 305  # some of the interrupted map's tasks were stored
+    wait_until(lambda: sum(s.total_acked for s in qp.stats()) == sum(s.total_put for s in qp.stats()),
+               timeout_s=60)
+    qp.poll_outcomes()
+    wait_until(lambda: _nothing_registered(qp), timeout_s=30)
+    assert qp.results() == {task_id: 2 * i for i, task_id in enumerate(before)}
+    assert qp.failures() == {}
+    assert qp.map(tasks.double, range(3)) == [0, 2, 4]  # the pool maps on
