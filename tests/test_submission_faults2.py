@@ -85,3 +85,25 @@ def test_an_interrupted_map_files_none_of_its_outcomes_and_loses_none_of_others(
     assert qp.results() == {task_id: 2 * i for i, task_id in enumerate(before)}
     assert qp.failures() == {}
     assert qp.map(tasks.double, range(3)) == [0, 2, 4]  # the pool maps on
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_failed_maps_error_lists_the_ids_of_what_was_stored_by_input_position(pools, keyed):
+    # Queue 1 refuses every put: the error's stored_ids hold queue 0's ids where it stored the
+    # messages (whole puts of 10), None elsewhere. The list is built only on failure now.
+    from daskqueue.errors import QueueClosedError
+    from daskqueue.messages import split_id
+
+    qp, cp = started(pools, put_batch_size=10)
+    qp.queues[1].close().result(timeout=30)
+    with pytest.raises(QueueClosedError) as info:
+        qp.map(tasks.double, range(40), key=(lambda x: f"k{x}") if keyed else None)
+    ids = info.value.stored_ids
+    assert len(ids) == 40
+    stored = {p: i for p, i in enumerate(ids) if i is not None}
+    assert len(stored) == qp.queues[0].stats().result(timeout=30).total_put > 0
+    assert {split_id(i)[0] for i in stored.values()} == {0}
+    assert len(set(stored.values())) == len(stored)
+    if not keyed:  # round-robin puts of 10 consecutive positions each
+        assert all(p // 10 * 10 in stored and p // 10 * 10 + 9 in stored for p in stored)

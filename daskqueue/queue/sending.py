@@ -149,7 +149,8 @@ class Sender:
         """Send every encoded batch (batch ``i`` to ``queues[i]``) concurrently; return the
         ids of the ``n`` messages by input position (with ``claim``, route their results to
         it instead, registered as each put is answered, and fill in the ids only if ``into``
-        is given, or, given ``n``, if the send fails: its error's ``stored_ids``).
+        is given, or, given ``n``, if the send fails: its error's ``stored_ids``; else
+        return None).
         Every answer is collected before a failure is raised (see the module
         docstring). A small send without a claim starts the outcome polls of its queues
         as soon as its puts are sent (``ResultCollector.prime``): a ``result`` that follows
@@ -165,10 +166,11 @@ class Sender:
         errors: list[tuple[int, BaseException, int]] = []  # (queue, error, messages) of each put failed
         stored: list[tuple[int, Any, Any]] = []  # (queue, positions, answer) of each put stored
         keep_ids = into is not None
-        # A claim's ids nobody asked for are listed only if the send fails (a stream's chunk
-        # needs them then, to know what was stored): a million ints cost a stream's put
-        # thread a tenth of its time.
-        ids: list[Any] | None = into if keep_ids else [None] * n
+        # A claim's ids nobody asked for are listed only if the send fails (a map or a
+        # stream's chunk needs them then, to know what was stored; see _listed): a million
+        # ints cost a stream's put thread a tenth of its time, and a map's list of n Nones
+        # would be thrown away.
+        ids: list[Any] | None = into if keep_ids else None if claim is not None else [None] * n
         not_sent = None  # how many puts failed unsent, once every put is sent
         try:
             self._put_all(batches, queues, reroute, hold, sends, errors)
@@ -181,11 +183,10 @@ class Sender:
             # Each put read is in ``stored`` or ``errors`` (none is read before all are sent).
             read = 0 if not_sent is None else len(stored) + len(errors) - not_sent
             self._read_rest(sends[read:], stored, ids, claim, keep_ids)
-            interruption.stored_ids = _listed(ids if claim is None or keep_ids else None,  # type: ignore[attr-defined]
-                                              stored, n)
+            interruption.stored_ids = _listed(ids, stored, n)  # type: ignore[attr-defined]
             raise
         if errors:
-            raise self._failure(errors, _listed(ids if claim is None or keep_ids else None, stored, n))
+            raise self._failure(errors, _listed(ids, stored, n))
         if claim is None and into is None and n >= self.collector.sent_ids.min_ids:
             runs = _runs(stored)
             if runs is not None:  # as_completed(ids) may take them without a check per id
@@ -312,7 +313,7 @@ class Sender:
         """A put's arguments; the owner's keep their old form."""
         return (blob, token, self.producer) if self.producer else (blob, token)
 
-    def _stored(self, q: int, groups: Any, positions: Any, allocated: Any, ids: list[Any],
+    def _stored(self, q: int, groups: Any, positions: Any, allocated: Any, ids: list[Any] | None,
                 claim: MapClaim | None, keep_ids: bool = False) -> None:
         """Queue ``q`` stored a batch: count it, and record its ids (or its claim, and its
         ids too with ``keep_ids``)."""
@@ -323,7 +324,7 @@ class Sender:
                 for run_seq, run_count, run_pos in consecutive_runs(first_seq, pos):
                     self.collector.claim(q, run_seq, run_count, claim, run_pos)
         if claim is None or keep_ids:
-            _write_ids(ids, q, positions, allocated)
+            _write_ids(ids, q, positions, allocated)  # type: ignore[arg-type]
 
     def _failure(self, errors: list[tuple[int, BaseException, int]], ids: list[Any]) -> BaseException:
         """The error of a submission that failed part-way: the first one, with the ids of
