@@ -107,3 +107,35 @@ def test_a_failed_maps_error_lists_the_ids_of_what_was_stored_by_input_position(
     assert len(set(stored.values())) == len(stored)
     if not keyed:  # round-robin puts of 10 consecutive positions each
         assert all(p // 10 * 10 in stored and p // 10 * 10 + 9 in stored for p in stored)
+
+
+def _mixed(shape, n=101):
+    """Tasks of two functions: ``tasks.add`` at even positions, ``tasks.double`` at odd ones
+    ("alternating": the first, last and quarter positions all call add), or all add but
+    for one double at position 37 ("one odd task") or at the end ("last differs")."""
+    if shape == "alternating":
+        return [(tasks.double if i % 2 else tasks.add, i) for i in range(n)]
+    odd = 37 if shape == "one odd task" else n - 1
+    return [(tasks.double if i == odd else tasks.add, i) for i in range(n)]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("shape", ["alternating", "one odd task", "last differs"])
+def test_tasks_of_several_functions_leave_the_uniform_path_however_they_mix(shape):
+    from daskqueue.queue.encode import PutOptions, encode_uniform
+
+    assert encode_uniform(_mixed(shape), PutOptions(), size=10, limit=2**20) is None
+    uniform = [(tasks.add, i) for i in range(101)]
+    assert encode_uniform(uniform, PutOptions(), size=10, limit=2**20) is not None
+    assert encode_uniform([list(t) for t in uniform], PutOptions(), size=10, limit=2**20) is not None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("shape", ["alternating", "one odd task", "last differs"])
+def test_a_batch_submit_of_several_functions_runs_each_task_with_its_own(pools, shape):
+    qp, cp = started(pools)
+    batch = _mixed(shape)
+    ids = qp.batch_submit(batch)
+    cp.join(timeout=45)
+    results = qp.results()
+    assert [results[i] for i in ids] == [func(x) for func, x in batch]
