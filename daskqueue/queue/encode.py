@@ -222,6 +222,20 @@ def _pairs_of_one_function(tasks: list[Any]) -> Any:
     return next(iter(by_function))
 
 
+def _functions_differ(tasks: list[Any]) -> bool:
+    """Whether five tasks spread over ``tasks`` (the first, the last, three between) show
+    that they do not all call one function: known in a few steps, where the checks below
+    take two passes over every task (and a dict) to find it. Compared as those checks compare
+    (``list.count``: identity, then ``task[0] == first``); an error (no task, a task with no
+    ``[0]``, an ``==`` that raises) answers True, as those checks then find no one function."""
+    try:
+        first = tasks[0][0]
+        last = len(tasks) - 1
+        return any(f is not first and not f == first for f in (tasks[last * k // 4][0] for k in (4, 2, 1, 3)))
+    except Exception:
+        return True
+
+
 def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: int,
                    batches: int | None = None, pack_max_bytes: int = 0) -> list[PutBatch] | None:
     """The fast path of ``batch_submit``: tasks ``(func, *args)`` that all call one function.
@@ -230,6 +244,8 @@ def encode_uniform(tasks: list[Any], options: PutOptions, *, size: int, limit: i
     after :func:`calls_from_tasks`) then validates them one by one. The arguments are read
     chunk by chunk by C-level getters (a comprehension per task cost as much as the pickling).
     """
+    if _functions_differ(tasks):  # mixed functions, most often seen here: no pass over them all
+        return None
     func = _pairs_of_one_function(tasks)
     one = func is not None
     if not one:

@@ -207,18 +207,22 @@ def move_from(pool: Any, sources: list[int], nodes: list[int], *, everything: bo
     table, typed = pool.table, pool.router.typed
     total = 0
     for _ in range(defaults.PUT_ATTEMPTS):
-        calls = [(q, table.call(q, "move_out", nodes, typed, everything)) for q in sources]
         retry = []
-        for q, pending in calls:
-            runs, failed = table.answer_or_ask_again(q, pending)
-            pool.collector.moved(runs, q)
-            for _, count, dest, _ in runs:
-                table.put_counts[q] -= count
-                table.put_counts[dest] += count
-                total += count
-            if failed:
-                logger.warning("queue %d: moving messages failed (%s); trying again", q, "; ".join(failed))
-                retry.append(q)
+        # The destinations' outcomes are held until the moves are recorded: a moved message
+        # may run there, and its outcome be polled under its new id, before move_out's
+        # answer is read; filed then, it would reach no claim (a map would wait for good).
+        with pool.collector.holding(nodes):
+            calls = [(q, table.call(q, "move_out", nodes, typed, everything)) for q in sources]
+            for q, pending in calls:
+                runs, failed = table.answer_or_ask_again(q, pending)
+                pool.collector.moved(runs, q)
+                for _, count, dest, _ in runs:
+                    table.put_counts[q] -= count
+                    table.put_counts[dest] += count
+                    total += count
+                if failed:
+                    logger.warning("queue %d: moving messages failed (%s); trying again", q, "; ".join(failed))
+                    retry.append(q)
         if not retry:
             return total
         sources = retry

@@ -66,6 +66,18 @@ def _write_ids(ids: list[Any], q: int, positions: Any, allocated: Any) -> None:
                 ids[p] = make_id(q, first_seq + k)
 
 
+def _listed(ids: list[Any] | None, stored: list[tuple[int, Any, Any]], n: int) -> list[Any]:
+    """The ids of a send by input position, None where not stored: ``ids`` as recorded, or,
+    for a claim's send that recorded none (see ``Sender._send_all``), listed now from the
+    puts ``stored``."""
+    if ids is not None:
+        return ids
+    ids = [None] * n
+    for q, positions, allocated in stored:
+        _write_ids(ids, q, positions, allocated)
+    return ids
+
+
 def _runs(stored: list[tuple[int, Any, Any]]) -> list[Run] | None:
     """The id runs (see :mod:`daskqueue.sent_ids`) of stored puts ``(queue, positions per
     group, (first seq, count) per group)``; None unless every group's positions are a range."""
@@ -137,47 +149,95 @@ class Sender:
         """Send every encoded batch (batch ``i`` to ``queues[i]``) concurrently; return the
         ids of the ``n`` messages by input position (with ``claim``, route their results to
         it instead, registered as each put is answered, and fill in the ids only if ``into``
-        is given, or, given ``n``, if the send fails: its error's ``stored_ids``).
+        is given, or, given ``n``, if the send fails: its error's ``stored_ids``; else
+        return None).
         Every answer is collected before a failure is raised (see the module
         docstring). A small send without a claim starts the outcome polls of its queues
         as soon as its puts are sent (``ResultCollector.prime``): a ``result`` that follows
-        finds its outcome on the way."""
-        sends = []
-        errors: list[tuple[int, BaseException, int]] = []
+        finds its outcome on the way.
+
+        Interrupted (a ``KeyboardInterrupt`` while it encodes or waits, or an error of the
+        client's own bookkeeping: ``hold``, ``prime``, a claim), it still reads the answers
+        of the puts sent (their messages are stored whether or not the client hears of it;
+        a second interrupt stops that), then raises the interruption with ``stored_ids`` (and
+        ``into``) exact for every put whose answer it read: a failed ``map`` drops exactly
+        the outcomes of what was stored, and files none in the results."""
+        sends: list[Any] = []  # (queue, batch, blob, token, call in flight) of each put sent
+        errors: list[tuple[int, BaseException, int]] = []  # (queue, error, messages) of each put failed
+        stored: list[tuple[int, Any, Any]] = []  # (queue, positions, answer) of each put stored
+        keep_ids = into is not None
+        # A claim's ids nobody asked for are listed only if the send fails (a map or a
+        # stream's chunk needs them then, to know what was stored; see _listed): a million
+        # ints cost a stream's put thread a tenth of its time, and a map's list of n Nones
+        # would be thrown away.
+        ids: list[Any] | None = into if keep_ids else None if claim is not None else [None] * n
+        not_sent = None  # how many puts failed unsent, once every put is sent
+        try:
+            self._put_all(batches, queues, reroute, hold, sends, errors)
+            not_sent = len(errors)
+            if claim is None and sends and n <= PRIME_MAX_MESSAGES:
+                self.collector.prime(q for q, *_ in sends)
+            for send in sends:
+                self._read(send, reroute, hold, stored, errors, ids, claim, keep_ids)
+        except BaseException as interruption:
+            # Each put read is in ``stored`` or ``errors`` (none is read before all are sent).
+            read = 0 if not_sent is None else len(stored) + len(errors) - not_sent
+            self._read_rest(sends[read:], stored, ids, claim, keep_ids)
+            interruption.stored_ids = _listed(ids, stored, n)  # type: ignore[attr-defined]
+            raise
+        if errors:
+            raise self._failure(errors, _listed(ids, stored, n))
+        if claim is None and into is None and n >= self.collector.sent_ids.min_ids:
+            runs = _runs(stored)
+            if runs is not None:  # as_completed(ids) may take them without a check per id
+                self.collector.sent_ids.remember(ids, runs)  # type: ignore[arg-type]
+        return ids  # type: ignore[return-value]
+
+    def _put_all(self, batches: list[PutBatch], queues: list[int], reroute: str | None,
+                 hold: Callable[[int], None] | None, sends: list[Any],
+                 errors: list[tuple[int, BaseException, int]]) -> None:
+        """Put every batch (:meth:`_put_routed`), noting each put in flight in ``sends`` and
+        each failure (a put not sent) in ``errors``, as it happens."""
         for q, batch in zip(queues, batches):
             try:
                 q, *put = self._put_routed(q, batch, reroute, hold)
                 sends.append((q, batch, *put))
             except Exception as e:  # not sent: its messages are not stored
                 errors.append((q, e, sum(g.count for g in batch[0])))
-        if claim is None and sends and n <= PRIME_MAX_MESSAGES:
-            self.collector.prime(q for q, *_ in sends)
-        ids: list[Any] = [None] * n if into is None else into
-        # A claim's ids nobody asked for are written only if the send fails (a stream's
-        # chunk needs them then, to know what was stored): a million ints cost a stream's
-        # put thread a tenth of its time.
-        unwritten: list[tuple[int, Any, Any]] = []
-        stored: list[tuple[int, Any, Any]] = []
-        for q, batch, blob, token, pending in sends:
-            groups, _, positions = batch
+
+    def _read(self, send: tuple[Any, ...], reroute: str | None, hold: Callable[[int], None] | None,
+              stored: list[tuple[int, Any, Any]], errors: list[tuple[int, BaseException, int]],
+              ids: list[Any] | None, claim: MapClaim | None, keep_ids: bool) -> None:
+        """Read a put's answer: record what it stored (:meth:`_stored`, then ``stored``), or
+        its failure in ``errors``."""
+        q, batch, blob, token, pending = send
+        groups, _, positions = batch
+        try:
+            q, allocated = self._answer_routed(q, batch, blob, token, pending, reroute, hold)
+        except Exception as e:
+            errors.append((q, e, sum(g.count for g in groups)))
+            return
+        self._stored(q, groups, positions, allocated, ids, claim, keep_ids)
+        stored.append((q, positions, allocated))
+
+    def _read_rest(self, sends: list[Any], stored: list[tuple[int, Any, Any]], ids: list[Any] | None,
+                   claim: MapClaim | None, keep_ids: bool) -> None:
+        """After an interruption, read the answers of the puts still unread (the first one's
+        again, with its call and token: a put is never stored twice). Nothing is re-routed:
+        a put refused stored nothing. A put that fails counts as not stored; a second
+        interruption stops the reading (the puts left count as not stored either)."""
+        errors: list[tuple[int, BaseException, int]] = []
+        for k, send in enumerate(sends):
             try:
-                q, allocated = self._answer_routed(q, batch, blob, token, pending, reroute, hold)
-            except Exception as e:
-                errors.append((q, e, sum(g.count for g in groups)))
-                continue
-            self._stored(q, groups, positions, allocated, ids, claim, into is not None)
-            stored.append((q, positions, allocated))
-            if claim is not None and into is None and n:
-                unwritten.append((q, positions, allocated))
-        if errors:
-            for q, positions, allocated in unwritten:
-                _write_ids(ids, q, positions, allocated)
-            raise self._failure(errors, ids)
-        if claim is None and into is None and n >= self.collector.sent_ids.min_ids:
-            runs = _runs(stored)
-            if runs is not None:  # as_completed(ids) may take them without a check per id
-                self.collector.sent_ids.remember(ids, runs)
-        return ids
+                self._read(send, None, None, stored, errors, ids, claim, keep_ids)
+            except Exception as e:  # the client's own bookkeeping failed again
+                errors.append((send[0], e, 0))
+            except BaseException:
+                logger.warning("interrupted again: the answers of %d puts sent are not read (their "
+                               "tasks run, under ids unknown here)", len(sends) - k)
+                return
+        for q, e, _ in errors:
+            logger.warning("after an interruption, a put to queue %d failed: %s: %s", q, type(e).__name__, e)
 
     def _put_routed(self, q: int, batch: PutBatch, reroute: str | None,
                     hold: Callable[[int], None] | None) -> tuple[int, bytes, bytes, Pending]:
@@ -253,7 +313,7 @@ class Sender:
         """A put's arguments; the owner's keep their old form."""
         return (blob, token, self.producer) if self.producer else (blob, token)
 
-    def _stored(self, q: int, groups: Any, positions: Any, allocated: Any, ids: list[Any],
+    def _stored(self, q: int, groups: Any, positions: Any, allocated: Any, ids: list[Any] | None,
                 claim: MapClaim | None, keep_ids: bool = False) -> None:
         """Queue ``q`` stored a batch: count it, and record its ids (or its claim, and its
         ids too with ``keep_ids``)."""
@@ -264,7 +324,7 @@ class Sender:
                 for run_seq, run_count, run_pos in consecutive_runs(first_seq, pos):
                     self.collector.claim(q, run_seq, run_count, claim, run_pos)
         if claim is None or keep_ids:
-            _write_ids(ids, q, positions, allocated)
+            _write_ids(ids, q, positions, allocated)  # type: ignore[arg-type]
 
     def _failure(self, errors: list[tuple[int, BaseException, int]], ids: list[Any]) -> BaseException:
         """The error of a submission that failed part-way: the first one, with the ids of
