@@ -40,6 +40,13 @@ logger = logging.getLogger("daskqueue")
 #: own messages are still to come (see :meth:`Outcomes.join`).
 JOIN_STATS_EVERY_S = 0.5
 
+#: A ``map`` that sleeps after an empty round (many outcomes to come, see
+#: :meth:`Outcomes._rest`) sleeps this long first, twice as long after each round that
+#: stays empty, up to ``POLL_INTERVAL_S``; a round that brings outcomes starts again here.
+#: A flat 50 ms made a 20,000-task durable map whose outcomes landed just after an empty
+#: round wait out the rest of it: 20-40 ms of a 50-90 ms map.
+FIRST_REST_S = 0.001
+
 
 def join_counts(qstats: list[Any], inflight: int) -> dict[str, int]:
     """What a :class:`JoinTimeoutError` of ``join`` reports."""
@@ -147,6 +154,7 @@ class Outcomes:
 
     def _wait_claim(self, claim: MapClaim, bar: Any, deadline: float | None, timeout_s: float | None) -> None:
         shown = 0
+        rest_s = FIRST_REST_S
         while not claim.complete:
             arrived = self.poll(deadline=deadline)
             # Checked on every pass, not only when nothing arrived: a long map that keeps
@@ -159,7 +167,10 @@ class Outcomes:
                 self.table.check_scheduler()
                 if not self._consumers_running():
                     self._no_consumers(claim, deadline)
-                self._rest(claim.n - claim.settled, deadline, timeout_s)
+                self._rest(claim.n - claim.settled, deadline, timeout_s, rest_s)
+                rest_s = min(2 * rest_s, defaults.POLL_INTERVAL_S)
+            else:
+                rest_s = FIRST_REST_S
             if bar is not None and claim.settled > shown:
                 bar.update(claim.settled - shown)
                 bar.set_postfix(failed=len(claim.failures), refresh=False)
@@ -259,16 +270,19 @@ class Outcomes:
         here: it may be low, never a reason to stop waiting; see :meth:`join`)."""
         return sum(self.table.put_counts) - sum(self.collector.settled)
 
-    def _rest(self, pending: int | None, deadline: float | None, timeout_s: float | None) -> None:
-        """Wait a poll interval after a round that brought nothing. With a few outcomes to
-        come (``pending``, None: unknown), as a long poll of every queue, which ends as
-        soon as an outcome arrives (they are filed then); with many, by sleeping: the next
-        round then fetches what arrived meanwhile in one go, instead of one round per
-        consumer's settlement (the client's CPU per task is what bounds a big ``map``)."""
+    def _rest(self, pending: int | None, deadline: float | None, timeout_s: float | None,
+              sleep_s: float | None = None) -> None:
+        """Wait after a round that brought nothing. With a few outcomes to come
+        (``pending``, None: unknown), up to a poll interval, as a long poll of every queue,
+        which ends as soon as an outcome arrives (they are filed then); with many, by
+        sleeping ``sleep_s`` (default: a poll interval): the next round then fetches what
+        arrived meanwhile in one go, instead of one round per consumer's settlement (the
+        client's CPU per task is what bounds a big ``map``; ``map`` passes a sleep that
+        grows while rounds stay empty, see ``FIRST_REST_S``)."""
         if pending is not None and pending <= PRIME_MAX_MESSAGES:
             self._await_outcomes(deadline, timeout_s)
         else:
-            time.sleep(defaults.POLL_INTERVAL_S)
+            time.sleep(defaults.POLL_INTERVAL_S if sleep_s is None else sleep_s)
 
     def _report_failures(self) -> None:
         """Log a warning if messages of this producer (another's are not its: an attached
