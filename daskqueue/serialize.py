@@ -181,9 +181,13 @@ def encode_put(groups: Iterable[Group], funcs: dict[bytes, bytes]) -> bytes:
     """A put blob: each group as a flat tuple, its trailing fields left out while they hold
     their defaults (a per-message group of the owner keeps the oldest layout). Groups that
     share a packed blob (parts of one chunk, moved or replayed) carry it once: pickle keeps
-    one copy of an object it meets twice."""
+    one copy of an object it meets twice. The kind goes as a plain int (every reader
+    compares it with ``==``): a :class:`Kind` member pickles by reference, a module look-up
+    and a Python call of ``Kind(n)`` when it is read, and it would ride on to the queue's
+    chunk, every delivery and the child's frame (~4 us warm per pickle or unpickle, four or
+    more on the path of each single task)."""
     flat = [
-        (g.kind, g.digest, g.type, g.priority, g.key, g.delay_s, g.count, g.offsets, g.data, g.due_epoch,
+        (int(g.kind), g.digest, g.type, g.priority, g.key, g.delay_s, g.count, g.offsets, g.data, g.due_epoch,
          g.time_limit_s) + ((g.producer, g.packed, g.first) if g.packed else (g.producer,) if g.producer else ())
         for g in groups
     ]
