@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import pickle
 import select
 import threading
 import time
@@ -11,6 +12,7 @@ import pytest
 
 from daskqueue.queue import lane as lane_module
 from daskqueue.queue import lane_connection
+from daskqueue.queue.lane_wire import OK
 from tests import tasks
 
 
@@ -33,3 +35,86 @@ def test_a_method_looked_up_while_the_lane_is_found_asks_the_lane_once(pools, mo
         assert callable(handle.fetch_outcomes)
     assert len(asked) == 3
     assert handle.lane_peer() is None
+
+
+class _AnsweringPeer:
+    """A lane server stand-in: takes the hello, then answers every request ``OK`` (``None``)
+    after ``delay_s``, from a thread of its own."""
+
+    def __init__(self, delay_s: float = 0.01) -> None:
+        import socket
+
+        self.delay_s = delay_s
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.conns: list = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import pickle
+
+        from daskqueue.queue.lane_wire import HEADER, HELLO, OK, SECRET_BYTES, encode_reply
+
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        self.conns.append(conn)
+        buf = bytearray()
+        need = len(HELLO) + SECRET_BYTES
+        while True:
+            try:
+                data = conn.recv(1 << 16)
+            except OSError:
+                return
+            if not data:
+                return
+            buf += data
+            if need:
+                if len(buf) < need:
+                    continue
+                del buf[:need]
+                need = 0
+            while len(buf) >= HEADER.size:
+                length, rid, _ = HEADER.unpack_from(buf)
+                if len(buf) < HEADER.size + length:
+                    break
+                del buf[: HEADER.size + length]
+                time.sleep(self.delay_s)
+                conn.sendall(encode_reply(rid, OK, pickle.dumps(None)))
+
+    def close(self) -> None:
+        self.listener.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.fixture
+def answering_peer():
+    peer = _AnsweringPeer()
+    yield peer
+    peer.close()
+
+
+def _connect(peer) -> lane_connection.LaneConnection:
+    from daskqueue.queue.lane_wire import SECRET_BYTES
+
+    return lane_connection.LaneConnection("127.0.0.1", peer.port, b"s" * SECRET_BYTES, loss_timeout_s=10)
+
+
+@pytest.mark.timeout(30)
+def test_waiting_for_replies_makes_no_poll_object_per_wait(answering_peer, monkeypatch):
+    """``_wait_fd`` built and registered a ``select.poll()`` on every wait for a reply."""
+    conn = _connect(answering_peer)
+    made = []
+    real_poll = select.poll
+    monkeypatch.setattr(select, "poll", lambda: made.append(1) or real_poll())
+    try:
+        for i in range(5):
+            rid = conn.send("fetch_outcomes", (0, 0, 0.0))
+            status, body = conn.wait(rid, time.monotonic() + 10)
+            assert status == OK and pickle.loads(body) is None
+        assert made == []
+    finally:
+        conn.close()

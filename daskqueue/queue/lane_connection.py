@@ -97,6 +97,11 @@ class LaneConnection:
             self._sock.close()
             raise
         self._fd = self._sock.fileno()
+        # One poller per direction, made once: the reader and the sender (each one thread at
+        # a time: ``_reading``, ``_send_lock``) wait on their own (a poll object per wait
+        # cost an allocation and a registration on every wait).
+        self._poll_in = _poller(self._fd, _POLL_IN)
+        self._poll_out = _poller(self._fd, _POLL_OUT)
         self.peer: tuple[str, int] = (host, port)
         self.pid = os.getpid()
         self._ids = itertools.count(1)
@@ -195,7 +200,7 @@ class LaneConnection:
                 deadline = deadline or now + SEND_TIMEOUT_S
                 if now >= deadline:
                     raise TimeoutError("lane send: the actor's side reads nothing")
-                _wait_fd(self._fd, _POLL_OUT, deadline - now)
+                _wait(self._poll_out, deadline - now)
 
     # -- replies ----------------------------------------------------------------------------
 
@@ -291,7 +296,7 @@ class LaneConnection:
                     raise TimeoutError("lane: no reply yet") from None
                 if overdue is not None:
                     left = overdue - now if left is None else min(left, overdue - now)
-                _wait_fd(self._fd, _POLL_IN, left)
+                _wait(self._poll_in, left)
                 continue
             if not chunk:
                 raise ConnectionResetError(errno.ECONNRESET, "the actor's side closed the lane")
@@ -329,9 +334,14 @@ class LaneConnection:
             pass
 
 
-def _wait_fd(fd: int, events: int, timeout_s: float | None) -> None:
+def _poller(fd: int, events: int) -> Any:
     poller = select.poll()
     poller.register(fd, events)
+    return poller
+
+
+def _wait(poller: Any, timeout_s: float | None) -> None:
+    """Wait up to ``timeout_s`` (None: no limit) for the poller's events."""
     poller.poll(None if timeout_s is None else max(0, int(timeout_s * 1000) + 1))
 
 
