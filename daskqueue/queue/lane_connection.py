@@ -115,8 +115,11 @@ class LaneConnection:
         self._held: list[bytes] = []  # requests held back (see send), under _send_lock
         self._held_ids: list[int] = []  # their ids: they fall due when written, not when held
         self._loss_s = loss_timeout_s
-        #: Request id -> when its reply is overdue (monotonic), until it is read.
+        #: Request id -> when its reply is overdue (monotonic), until it is read. Under
+        #: ``_due_lock`` alone (written by senders and by the reader, which hold different
+        #: locks; a leaf lock: nothing else is taken while it is held).
         self._due: dict[int, float] = {}
+        self._due_lock = threading.Lock()
         self._buf = bytearray()
         #: Why the connection is unusable (None while it serves).
         self.broken: BaseException | None = None
@@ -143,7 +146,8 @@ class LaneConnection:
             frame = encode_request(rid, METHOD_CODES[method], args)
             if frame is None:
                 return None
-            self._due[rid] = time.monotonic() + wait_s + self._loss_s
+            with self._due_lock:
+                self._due[rid] = time.monotonic() + wait_s + self._loss_s
             if hold:
                 self._held.append(frame)
                 self._held_ids.append(rid)
@@ -169,9 +173,10 @@ class LaneConnection:
     def _take_held(self) -> bytes:
         """The held requests as one write (under the send lock); each falls due from now."""
         due = time.monotonic() + self._loss_s  # held requests are puts: answered at once
-        for rid in self._held_ids:
-            if rid in self._due:
-                self._due[rid] = due
+        with self._due_lock:
+            for rid in self._held_ids:
+                if rid in self._due:
+                    self._due[rid] = due
         data = b"".join(self._held)
         self._held.clear()
         self._held_ids.clear()
@@ -228,9 +233,11 @@ class LaneConnection:
             while True:
                 frames = self._read_frames(deadline)
                 mine = None
+                with self._due_lock:
+                    for frid, _, _ in frames:
+                        self._due.pop(frid, None)
                 with self._cond:
                     for frid, status, body in frames:
-                        self._due.pop(frid, None)
                         if frid == GOODBYE_ID and status == FALLBACK:
                             self._break_locked(LaneBroken("the actor closed its lane"))
                         elif frid == rid:
@@ -258,13 +265,9 @@ class LaneConnection:
                 self._cond.notify_all()
 
     def _next_due(self) -> float | None:
-        """When the earliest reply not read yet is overdue (None: none awaited). Read
-        without a lock (a sender may hold ``_send_lock`` while it waits for room)."""
-        while True:
-            try:
-                return min(self._due.values(), default=None)
-            except RuntimeError:  # a sender added one meanwhile (no GIL)
-                continue
+        """When the earliest reply not read yet is overdue (None: none awaited)."""
+        with self._due_lock:
+            return min(self._due.values(), default=None)
 
     def forget(self, rid: int) -> None:
         """Nobody waits for request ``rid`` any more: drop its reply (now or when it comes)."""
