@@ -118,3 +118,54 @@ def test_waiting_for_replies_makes_no_poll_object_per_wait(answering_peer, monke
         assert made == []
     finally:
         conn.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_slow_connect_to_the_lane_leaves_the_other_threads_on_dask_meanwhile(monkeypatch):
+    """``LaneClient``'s connect (up to ``CONNECT_TIMEOUT_S``) held its lock: every other
+    thread's put or poll on that handle waited for it."""
+    import socket
+
+    from daskqueue.queue.lane_wire import SECRET_BYTES
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(3):  # a full backlog: the kernel drops the next SYNs, a connect hangs
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        fillers.append(s)
+    connecting = threading.Event()
+    real_connection = lane_module.LaneConnection
+
+    def slow_connection(*args, **kwargs):
+        connecting.set()
+        return real_connection(*args, **kwargs)
+
+    monkeypatch.setattr(lane_module, "LaneConnection", slow_connection)
+    found = concurrent.futures.Future()
+    found.set_result(("127.0.0.1", port, b"s" * SECRET_BYTES))
+    lane = lane_module.LaneClient(lambda: found, loss_timeout_s=10)
+    try:
+        assert lane.connection() is None  # starts finding the endpoint
+        first = []
+        t = threading.Thread(target=lambda: first.append(lane.connection()), daemon=True)
+        t.start()
+        assert connecting.wait(10)
+        start = time.monotonic()
+        assert lane.connection() is None  # through Dask meanwhile, not behind the connect
+        assert time.monotonic() - start < 0.5
+        t.join(10)
+        assert first == [None]  # the connect timed out: the lane is given up
+        assert lane.connection() is None and lane.peer() is None
+    finally:
+        lane.close()
+        listener.close()
+        for s in fillers:
+            s.close()
