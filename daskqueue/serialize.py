@@ -254,12 +254,16 @@ class Segment(NamedTuple):
 
 
 def encode_delivery(lease_id: int, queue_index: int, segments: list[Segment]) -> bytes:
-    return pickle.dumps((lease_id, queue_index, segments), PROTOCOL)
+    """A delivery blob; each segment goes as a plain tuple (:func:`decode_delivery` makes the
+    :class:`Segment` again): a named tuple pickles by reference, a module look-up and two
+    Python calls (``__getnewargs__``, ``__new__``) per segment, ~5 us warm on the path of
+    every single task against ~1 us."""
+    return pickle.dumps((lease_id, queue_index, [tuple(s) for s in segments]), PROTOCOL)
 
 
 def decode_delivery(blob: bytes) -> tuple[int, int, list[Segment]]:
     lease_id, queue_index, segments = pickle.loads(blob)
-    return lease_id, queue_index, segments
+    return lease_id, queue_index, [Segment._make(s) for s in segments]
 
 
 # -- settle: consumer -> queue --------------------------------------------------------------------

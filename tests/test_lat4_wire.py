@@ -40,3 +40,17 @@ def test_put_blob_names_no_class(kwargs):
     assert group.kind == (Kind.CALL_KW if kwargs else Kind.CALL)
     assert type(group.kind) is int
     assert pickle.loads(blob)[1][0][0] == group.kind
+
+
+@pytest.mark.timeout(30)
+def test_a_delivery_blob_names_no_class_and_decodes_to_segments():
+    from daskqueue.serialize import Segment, decode_delivery, encode_delivery
+
+    segment = Segment(3, 2, 1, int(Kind.CALL), b"d" * 16, "t", 5, None, b"\0" * 12, b"xy", 1.5, 7)
+    blob = encode_delivery(9, 4, [segment, segment._replace(first_seq=5)])
+    assert _globals_named(blob) == []
+    lease_id, queue_index, segments = decode_delivery(blob)
+    assert (lease_id, queue_index) == (9, 4)
+    assert segments == [segment, segment._replace(first_seq=5)]
+    assert all(type(s) is Segment for s in segments)
+    assert segments[1].first_seq == 5 and segments[0].time_limit_s == 1.5 and segments[0].producer == 7
