@@ -56,6 +56,8 @@ __all__ = [
     "decode_settle",
     "ResultRecord",
     "TaggedResultRecord",
+    "encode_records",
+    "decode_records",
     "dumps",
     "loads",
     "PackedRef",
@@ -336,3 +338,16 @@ class TaggedResultRecord(NamedTuple):
 
     def to_bytes(self) -> bytes:
         return pickle.dumps(tuple(self), PROTOCOL)
+
+
+def encode_records(records: list[ResultRecord | TaggedResultRecord]) -> bytes:
+    """Result records as a client's outcome poll gets them (:func:`decode_records`): plain
+    tuples, as named tuples pickled by reference cost a look-up and two Python calls per
+    record on the path of every single task (~4.5 us warm each way against ~2)."""
+    return pickle.dumps([tuple(r) for r in records], PROTOCOL)
+
+
+def decode_records(blob: bytes) -> list[ResultRecord | TaggedResultRecord]:
+    """The records of an :func:`encode_records` blob (or of a pickled list of records)."""
+    return [r if type(r) is not tuple else TaggedResultRecord._make(r) if len(r) == len(TaggedResultRecord._fields)
+            else ResultRecord._make(r) for r in pickle.loads(blob)]

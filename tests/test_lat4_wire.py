@@ -54,3 +54,34 @@ def test_a_delivery_blob_names_no_class_and_decodes_to_segments():
     assert segments == [segment, segment._replace(first_seq=5)]
     assert all(type(s) is Segment for s in segments)
     assert segments[1].first_seq == 5 and segments[0].time_limit_s == 1.5 and segments[0].producer == 7
+
+
+@pytest.mark.timeout(30)
+def test_an_outcome_polls_records_name_no_class_and_decode_to_records():
+    import asyncio
+
+    from daskqueue.queue.transient import TransientQueue
+    from daskqueue.serialize import (Group, ResultRecord, TaggedResultRecord, decode_delivery, decode_records,
+                                     encode_records, encode_settle, pack_payloads)
+
+    async def main() -> tuple[bytes, bytes]:
+        q = TransientQueue(0)
+        try:
+            offsets, data = pack_payloads(["a"], max_message_bytes=2**20)
+            await q.put_batch(encode_put([Group(Kind.RAW, None, None, 0, None, 0.0, 1, offsets, data)], {}))
+            lease_id, _, _ = decode_delivery(await q.get_batch(10))
+            await q.settle(lease_id, encode_settle(1, {}, set(), pickle.dumps(["r"])))
+            _, blob, _, _ = await q.fetch_outcomes(0, 0)
+            _, kept = await q.fetch_results(0)
+            return blob, kept
+        finally:
+            await q.close()
+
+    blob, kept = asyncio.run(main())
+    assert _globals_named(blob) == []
+    (record,) = decode_records(blob)
+    assert type(record) is ResultRecord and record.ranges == [(0, 1)] and pickle.loads(record.results) == ["r"]
+    assert decode_records(kept) == [record]  # fetch_results keeps its pickled records
+    tagged = TaggedResultRecord(1, [(5, 2)], [1], b"x", None, 3, 9)
+    assert decode_records(encode_records([record, tagged])) == [record, tagged]
+    assert [type(r) for r in decode_records(encode_records([record, tagged]))] == [ResultRecord, TaggedResultRecord]
