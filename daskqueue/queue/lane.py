@@ -186,22 +186,22 @@ class LaneClient:
         # The connect (up to CONNECT_TIMEOUT_S) holds no lock: the handle's other threads
         # go through Dask meanwhile instead of waiting for it.
         host, port, secret = step
-        conn = failed = None
         try:
             loss_s = lane_loss_timeout() if self._loss_timeout_s is None else self._loss_timeout_s
             conn = LaneConnection(host, port, secret, loss_timeout_s=loss_s)
-        except OSError as e:
-            failed = f"cannot connect to the lane at {host}:{port}: {e}"
-        finally:
+        except BaseException as e:
             with self._lock:
                 self._connecting = False
-                if failed is not None:
-                    self._give_up(failed)
-                elif conn is not None and not self._off:  # else closed (or given up) meanwhile
-                    self._conn = conn
-                    return conn
-        if conn is not None:
-            conn.close()
+                if isinstance(e, OSError):
+                    self._give_up(f"cannot connect to the lane at {host}:{port}: {e}")
+                    return None
+            raise
+        with self._lock:
+            self._connecting = False
+            if not self._off:  # else closed (or given up) meanwhile
+                self._conn = conn
+                return conn
+        conn.close()
         return None
 
     def _advance(self) -> LaneConnection | tuple[str, int, bytes] | None:
