@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import pickle
 import threading
 import time
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from daskqueue import defaults
 from daskqueue.errors import QueueCallTimeoutError, QueueMovedError
-from daskqueue.serialize import ResultRecord
+from daskqueue.serialize import ResultRecord, decode_records
 
 __all__ = ["PollsMixin", "PRIME_MAX_MESSAGES", "PRIMED_WAIT_S"]
 
@@ -183,7 +182,7 @@ class PollsMixin:
         it: see the module docstring); the outcomes filed."""
         q = fetch.q
         cursor, blob, dead_cursor, dead = answer
-        records = pickle.loads(blob)
+        records = decode_records(blob)
         with self._lock:
             if self._long.get(q) is fetch:
                 del self._long[q]

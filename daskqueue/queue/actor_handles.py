@@ -92,7 +92,9 @@ class DirectActor(Actor):
             return super().__getattr__(key)
         if self._future is not None and self._future.status not in ("finished", "pending"):
             raise RuntimeError(f"Worker holding Actor was lost.  Status: {self._future.status}")
-        if key in METHOD_CODES:
+        if key in METHOD_CODES and not self._lane_checked:
+            # The first such call makes the lane (then the short path above asks it: asked
+            # here again, it would advance its discovery twice per call until it is known).
             lane = self._lane_client()
             conn = lane.connection() if lane is not None else None
             if conn is not None:

@@ -167,6 +167,7 @@ class LaneClient:
         self._lock = threading.Lock()
         self._finding: Any = None
         self._conn: LaneConnection | None = None
+        self._connecting = False  # a thread connects (outside the lock): the others use Dask
         self._off = False
         self._pid = os.getpid()
 
@@ -178,9 +179,36 @@ class LaneClient:
         if self._off:
             return None
         with self._lock:
-            return self._advance()
+            step = self._advance()
+            if not isinstance(step, tuple):
+                return step
+            self._connecting = True
+        # The connect (up to CONNECT_TIMEOUT_S) holds no lock: the handle's other threads
+        # go through Dask meanwhile instead of waiting for it.
+        host, port, secret = step
+        try:
+            loss_s = lane_loss_timeout() if self._loss_timeout_s is None else self._loss_timeout_s
+            conn = LaneConnection(host, port, secret, loss_timeout_s=loss_s)
+        except BaseException as e:
+            with self._lock:
+                self._connecting = False
+                if isinstance(e, OSError):
+                    self._give_up(f"cannot connect to the lane at {host}:{port}: {e}")
+                    return None
+            raise
+        with self._lock:
+            self._connecting = False
+            if not self._off:  # else closed (or given up) meanwhile
+                self._conn = conn
+                return conn
+        conn.close()
+        return None
 
-    def _advance(self) -> LaneConnection | None:
+    def _advance(self) -> LaneConnection | tuple[str, int, bytes] | None:
+        """The next step of finding the lane (under the lock): None (not yet, or never),
+        or the endpoint to connect to now."""
+        if self._connecting:
+            return None
         if os.getpid() != self._pid:
             self._off = True  # a forked child: its parent's lane is not its own
             return None
@@ -204,13 +232,7 @@ class LaneClient:
             self._give_up("the actor serves no lane")
             return None
         host, port, secret = endpoint
-        try:
-            loss_s = lane_loss_timeout() if self._loss_timeout_s is None else self._loss_timeout_s
-            self._conn = LaneConnection(host, port, secret, loss_timeout_s=loss_s)
-        except OSError as e:
-            self._give_up(f"cannot connect to the lane at {host}:{port}: {e}")
-            return None
-        return self._conn
+        return host, port, secret
 
     def _give_up(self, why: str) -> None:
         logger.debug("queue calls go through Dask: %s", why)

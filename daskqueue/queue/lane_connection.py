@@ -97,6 +97,11 @@ class LaneConnection:
             self._sock.close()
             raise
         self._fd = self._sock.fileno()
+        # One poller per direction, made once: the reader and the sender (each one thread at
+        # a time: ``_reading``, ``_send_lock``) wait on their own (a poll object per wait
+        # cost an allocation and a registration on every wait).
+        self._poll_in = _poller(self._fd, _POLL_IN)
+        self._poll_out = _poller(self._fd, _POLL_OUT)
         self.peer: tuple[str, int] = (host, port)
         self.pid = os.getpid()
         self._ids = itertools.count(1)
@@ -110,8 +115,11 @@ class LaneConnection:
         self._held: list[bytes] = []  # requests held back (see send), under _send_lock
         self._held_ids: list[int] = []  # their ids: they fall due when written, not when held
         self._loss_s = loss_timeout_s
-        #: Request id -> when its reply is overdue (monotonic), until it is read.
+        #: Request id -> when its reply is overdue (monotonic), until it is read. Under
+        #: ``_due_lock`` alone (written by senders and by the reader, which hold different
+        #: locks; a leaf lock: nothing else is taken while it is held).
         self._due: dict[int, float] = {}
+        self._due_lock = threading.Lock()
         self._buf = bytearray()
         #: Why the connection is unusable (None while it serves).
         self.broken: BaseException | None = None
@@ -138,7 +146,8 @@ class LaneConnection:
             frame = encode_request(rid, METHOD_CODES[method], args)
             if frame is None:
                 return None
-            self._due[rid] = time.monotonic() + wait_s + self._loss_s
+            with self._due_lock:
+                self._due[rid] = time.monotonic() + wait_s + self._loss_s
             if hold:
                 self._held.append(frame)
                 self._held_ids.append(rid)
@@ -164,9 +173,10 @@ class LaneConnection:
     def _take_held(self) -> bytes:
         """The held requests as one write (under the send lock); each falls due from now."""
         due = time.monotonic() + self._loss_s  # held requests are puts: answered at once
-        for rid in self._held_ids:
-            if rid in self._due:
-                self._due[rid] = due
+        with self._due_lock:
+            for rid in self._held_ids:
+                if rid in self._due:
+                    self._due[rid] = due
         data = b"".join(self._held)
         self._held.clear()
         self._held_ids.clear()
@@ -195,7 +205,7 @@ class LaneConnection:
                 deadline = deadline or now + SEND_TIMEOUT_S
                 if now >= deadline:
                     raise TimeoutError("lane send: the actor's side reads nothing")
-                _wait_fd(self._fd, _POLL_OUT, deadline - now)
+                _wait(self._poll_out, deadline - now)
 
     # -- replies ----------------------------------------------------------------------------
 
@@ -223,9 +233,11 @@ class LaneConnection:
             while True:
                 frames = self._read_frames(deadline)
                 mine = None
+                with self._due_lock:
+                    for frid, _, _ in frames:
+                        self._due.pop(frid, None)
                 with self._cond:
                     for frid, status, body in frames:
-                        self._due.pop(frid, None)
                         if frid == GOODBYE_ID and status == FALLBACK:
                             self._break_locked(LaneBroken("the actor closed its lane"))
                         elif frid == rid:
@@ -253,13 +265,9 @@ class LaneConnection:
                 self._cond.notify_all()
 
     def _next_due(self) -> float | None:
-        """When the earliest reply not read yet is overdue (None: none awaited). Read
-        without a lock (a sender may hold ``_send_lock`` while it waits for room)."""
-        while True:
-            try:
-                return min(self._due.values(), default=None)
-            except RuntimeError:  # a sender added one meanwhile (no GIL)
-                continue
+        """When the earliest reply not read yet is overdue (None: none awaited)."""
+        with self._due_lock:
+            return min(self._due.values(), default=None)
 
     def forget(self, rid: int) -> None:
         """Nobody waits for request ``rid`` any more: drop its reply (now or when it comes)."""
@@ -291,7 +299,7 @@ class LaneConnection:
                     raise TimeoutError("lane: no reply yet") from None
                 if overdue is not None:
                     left = overdue - now if left is None else min(left, overdue - now)
-                _wait_fd(self._fd, _POLL_IN, left)
+                _wait(self._poll_in, left)
                 continue
             if not chunk:
                 raise ConnectionResetError(errno.ECONNRESET, "the actor's side closed the lane")
@@ -329,9 +337,14 @@ class LaneConnection:
             pass
 
 
-def _wait_fd(fd: int, events: int, timeout_s: float | None) -> None:
+def _poller(fd: int, events: int) -> Any:
     poller = select.poll()
     poller.register(fd, events)
+    return poller
+
+
+def _wait(poller: Any, timeout_s: float | None) -> None:
+    """Wait up to ``timeout_s`` (None: no limit) for the poller's events."""
     poller.poll(None if timeout_s is None else max(0, int(timeout_s * 1000) + 1))
 
 

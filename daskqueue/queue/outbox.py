@@ -39,7 +39,7 @@ from daskqueue.queue.payload import moved_group
 from daskqueue.queue.producer_results import ProducerBook, record_producer, split_by_producer
 from daskqueue.queue.waiting import wait_event
 from daskqueue.segment.format import TOKEN_SIZE
-from daskqueue.serialize import PROTOCOL, ResultRecord, encode_put
+from daskqueue.serialize import PROTOCOL, ResultRecord, encode_put, encode_records
 
 if TYPE_CHECKING:
     from daskqueue.queue.core import QueueCore
@@ -146,9 +146,10 @@ class OutboxMixin:
             await self._unpaused()
         return self._results_from(cursor)
 
-    def _results_from(self, cursor: int, producer: int = 0) -> tuple[int, bytes]:
+    def _results_from(self, cursor: int, producer: int = 0, *, plain: bool = False) -> tuple[int, bytes]:
         """Producer ``producer``'s records from ``cursor`` on (the records before it are its,
-        fetched), and the next cursor."""
+        fetched), and the next cursor; ``plain``: as ``encode_records`` (``fetch_outcomes``,
+        read with ``decode_records``), else a pickled list of records (``fetch_results``)."""
         if self._handed_off:  # its results went to the successor, under the same numbers
             self._check_serving()
         now = self._now()
@@ -164,7 +165,7 @@ class OutboxMixin:
             mine = results  # one producer (the usual case): no copy
         else:
             mine = [r for r in results[start:] if r.ranges and record_producer(r) == producer]
-        return end, pickle.dumps(mine, PROTOCOL)
+        return end, encode_records(mine) if plain else pickle.dumps(mine, PROTOCOL)
 
     def _drop_fetched(self, now: float) -> None:
         """Forget producers unheard of too long; drop the records nobody wants any more:
@@ -204,7 +205,7 @@ class OutboxMixin:
             if self._paused is not None:  # a pause may have begun during the wait
                 await self._unpaused()
         # Read without a yield to the loop in between: one consistent answer.
-        cursor, blob = self._results_from(cursor, producer)
+        cursor, blob = self._results_from(cursor, producer, plain=True)
         dead_cursor, dead = self._dead_from(dead_cursor)
         return cursor, blob, dead_cursor, dead
 

@@ -55,6 +55,7 @@ async def test_record_outcomes_made_again_where_the_queue_moved_is_stored_once()
     import pickle
 
     from daskqueue.queue.transient import TransientQueue
+    from daskqueue.serialize import decode_records
 
     old = TransientQueue(0)  # driven by hand, on this test's event loop
     moved: list[TransientQueue] = []
@@ -77,7 +78,7 @@ async def test_record_outcomes_made_again_where_the_queue_moved_is_stored_once()
     await queue_calls.call_moving(0, "record_outcomes", [(0, 1)], {}, pickle.dumps(["r"]), 0, [0])
     successor = moved[0]
     _, blob, _, _ = await successor.fetch_outcomes(0, 0)
-    assert [record.ranges for record in pickle.loads(blob)] == [[(0, 1)]]  # stored once, not twice
+    assert [record.ranges for record in decode_records(blob)] == [[(0, 1)]]  # stored once, not twice
     await successor.close()
 
 

@@ -13,7 +13,8 @@ from daskqueue.messages import Kind
 from daskqueue.consumer.batch import Outcome, dump_results
 from daskqueue.queue.producer_results import ProducerBook, segment_producers, split_by_producer
 from daskqueue.segment.format import CHUNK_HEADER, ChunkHeader
-from daskqueue.serialize import Group, ResultRecord, decode_delivery, encode_put, encode_settle, pack_payloads
+from daskqueue.serialize import (Group, ResultRecord, decode_delivery, decode_records, encode_put, encode_settle,
+                                 pack_payloads)
 
 # -- pure -------------------------------------------------------------------------------------
 
@@ -112,7 +113,7 @@ def _run_all(queue, n):
 
 def _fetch(queue, cursor, producer):
     cursor, blob, _, _ = queue.fetch_outcomes(cursor, 0, 0.0, producer).result()
-    return cursor, [v for r in pickle.loads(blob) for v in pickle.loads(r.results)]
+    return cursor, [v for r in decode_records(blob) for v in pickle.loads(r.results)]
 
 
 @pytest.mark.timeout(30)
@@ -163,7 +164,7 @@ def test_a_mixed_lease_with_results_the_queue_cannot_unpickle_still_settles(make
     cut = {0: b"\x80\x05opaque-owner", 11: b"\x80\x05opaque-11"}
     assert q.settle(lease_id, encode_settle(2, {}, set(), cut)).result()[0] == 2
     _, blob, _, _ = q.fetch_outcomes(0, 0, 0.0, 11).result()
-    (record,) = pickle.loads(blob)
+    (record,) = decode_records(blob)
     assert record.results == b"\x80\x05opaque-11" and record.ranges == [(segments[1].first_seq, 1)]
 
 
