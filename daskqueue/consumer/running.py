@@ -7,11 +7,12 @@ pool (or in its child process, see ``daskqueue.consumer.isolate``) and is settle
 ends; a batch whose item ignores its time limit is left to its thread. The fetch loops are
 on the event loop and never run user code.
 
-A batch fetched ahead goes to the child process at once, and waits there for a run thread
-(see ``daskqueue.consumer.start_gate``): a slot that frees in the child starts the next
-batch with no round trip to this loop. Elsewhere (threads in the worker, early acks) it
-waits here for a run thread, as the walltime guard and a stopping consumer must still be
-able to give it back unrun: the child's gate gives them that say.
+A batch fetched ahead goes to its runner at once (the child process, or the thread pool)
+and waits there for a run thread at a gate (``daskqueue.consumer.start_gate``): a thread
+that frees starts the next batch with no round trip to this loop, and the walltime guard
+and a stopping consumer still have their say (a batch past its latest start, or taken
+back, comes back unrun and is given back). Early acks only wait here for a run thread: the
+ack must be answered before the batch starts.
 
 Walltime: on a worker that will leave (``--lifetime``, a SLURM job's end; see
 ``daskqueue.consumer.leaving``), the fetch loops take only what the
@@ -90,8 +91,8 @@ class RunSlots:
         self._reserved_task: asyncio.Task[None] | None = None
         self._extender: asyncio.Task[None] | None = None
         self._finishing: set[asyncio.Task[None]] = set()
-        self._in_child = 0  # general batches sent to the child and not back yet
-        # One per run thread (see _run_and_settle).
+        self._sent_ahead = 0  # general batches sent to the runner and not back yet
+        # One per run thread, for early acks (see _run_here).
         self._threads = asyncio.Semaphore(config.max_concurrency)
         self._threads_reserved = asyncio.Semaphore(max(1, config.reserved_slots))
         self.walltime = WalltimeWatch(index)
@@ -113,6 +114,7 @@ class RunSlots:
         self._stop_requested = value
         if value:
             self._stopping.set()
+            self._thread_runner.take_back()
             if self.process is not None:
                 self.process.take_back()
         else:
@@ -212,8 +214,8 @@ class RunSlots:
 
     async def _run_and_settle(self, batch: Batch, slots: asyncio.Semaphore) -> None:
         try:
-            if self.process is not None and not self.config.early_ack:
-                outcome = await self._run_in_child(batch)
+            if not self.config.early_ack:
+                outcome = await self._run_sent_ahead(batch)
             else:
                 outcome = await self._run_here(batch)
             if outcome is None:  # given back unrun
@@ -238,42 +240,42 @@ class RunSlots:
             del self.inflight[(batch.queue_slot, batch.lease_id)]
             slots.release()
 
-    async def _run_in_child(self, batch: Batch) -> Outcome | None:
-        """Send ``batch`` to the child now, even with every run thread there busy: it starts
-        when one frees, unless the consumer stops first (``stop_requested`` takes it back)
-        or it is past its latest start by then; then it comes back unrun and is given back
-        (None). Late acks only: an early ack must be answered before the batch starts."""
+    async def _run_sent_ahead(self, batch: Batch) -> Outcome | None:
+        """Hand ``batch`` to its runner now, even with every run thread there busy: it
+        starts when one frees, unless the consumer stops first (``stop_requested`` takes it
+        back) or it is past its latest start by then; then it comes back unrun and is given
+        back (None). Late acks only: an early ack must be answered before the batch starts."""
         if self._stop_requested or self.walltime.too_late(batch):
             await self._give_back(batch, late=not self._stop_requested)
             return None
-        self._child_busy(batch, 1)
+        self._sent_busy(batch, 1)
         late: bool | None = None
         try:
             outcome, run_s = await self._run(batch, self.walltime.start_by(batch))
         except NotStarted as e:
             late = e.late
         finally:
-            self._child_busy(batch, -1)
+            self._sent_busy(batch, -1)
         if late is not None:
             await self._give_back(batch, late=late)
             return None
         self._observe(batch, outcome, run_s)
         return outcome
 
-    def _child_busy(self, batch: Batch, delta: int) -> None:
-        """Count a batch sent to the child (1) or back (-1) in ``busy_slots``: at most
+    def _sent_busy(self, batch: Batch, delta: int) -> None:
+        """Count a batch sent to its runner (1) or back (-1) in ``busy_slots``: at most
         ``max_concurrency`` general ones run there, the rest wait for a thread."""
         if batch.reserved:  # a reserved slot was free: it runs at once
             self._counters.busy_slots += delta
             return
         most = self.config.max_concurrency
-        before = min(self._in_child, most)
-        self._in_child += delta
-        self._counters.busy_slots += min(self._in_child, most) - before
+        before = min(self._sent_ahead, most)
+        self._sent_ahead += delta
+        self._counters.busy_slots += min(self._sent_ahead, most) - before
 
     async def _run_here(self, batch: Batch) -> Outcome | None:
-        """Run ``batch`` once a run thread is free here (the thread path, and early acks),
-        or give it back unrun (None) if the consumer stops first or it would end too late."""
+        """Early acks: run ``batch`` once a run thread is free (counted here), or give it
+        back unrun (None) if the consumer stops first or it would end too late."""
         threads = self._threads_reserved if batch.reserved else self._threads
         # A batch fetched ahead waits here for a run thread, not in the thread pool: when it
         # gets one, it is known when it starts, and whether it still ends in time.
@@ -354,10 +356,10 @@ class RunSlots:
                              self.index, batch.lease_id)
 
     async def _run(self, batch: Batch, start_by: float | None = None) -> tuple[Outcome, float]:
-        """Run ``batch`` on the thread pool, or in the child process when there is one (where
-        it may wait for a thread, and raise ``NotStarted`` past ``start_by``)."""
+        """Run ``batch`` on the thread pool, or in the child process when there is one (either
+        may hold it until a thread frees, and raise ``NotStarted`` past ``start_by``)."""
         if self.process is None:
-            return await self._thread_runner.run(batch)
+            return await self._thread_runner.run(batch, start_by)
         done, errors, fatal, blob, run_s = await self.process.run(batch, batch.funcs or {}, start_by)
         return Outcome(done, errors, fatal, [], blob), run_s
 
