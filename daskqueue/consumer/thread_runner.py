@@ -94,7 +94,12 @@ class ThreadRunner:
         if arrival is Arrival.REFUSE:
             raise NotStarted(late=True)
         if arrival is Arrival.START:
-            self._executor_of(batch).submit(self._serve, request)
+            try:
+                self._executor_of(batch).submit(self._serve, request)
+            except BaseException:
+                if self._detach(request):  # never started: its slot must not stay taken
+                    self._hand_on(request)
+                raise
         if not any(seg.time_limit_s for seg in batch.segments):
             return await running
         return await self._run_watched(request, running)
@@ -159,16 +164,8 @@ class ThreadRunner:
                 return running.result()
             thread = self._batch_threads.get(batch.lease_id)
             if thread is not None and watchdog.overdue_s(thread) > defaults.TIME_LIMIT_GRACE_S:
-                # Its slot goes on to the next waiting batch now, on a fresh thread; unless
-                # the batch ended meanwhile (its thread gave the slot back itself).
-                with self._gate_lock:
-                    left = request.key in self._running
-                    if left:
-                        self._running.discard(request.key)
-                        following, late = self._gate.finished(batch.reserved, time.time())
-                        if following is not None:
-                            self._running.add(following.key)
-                if left:
+                # Unless the batch ended meanwhile (its thread gave the slot back itself).
+                if self._detach(request):
                     break
         self.abandoned += 1
         logger.error("consumer %d: an item of lease %d ignored its time limit for %g s (a C call, or "
@@ -180,11 +177,34 @@ class ThreadRunner:
             old, self._executor = self._executor, self._new_executor(reserved=False)
         if old is not None:
             old.shutdown(wait=False)
+        self._hand_on(request)  # its slot goes on to the next waiting batch, on a fresh thread
+        raise Abandoned(batch.lease_id)
+
+    def _detach(self, request: Waiting) -> bool:
+        """Take ``request``'s slot from its thread (True), unless that thread gave it back
+        already (False): a detached thread ends with its batch, giving back nothing."""
+        with self._gate_lock:
+            if request.key not in self._running:
+                return False
+            self._running.discard(request.key)
+            return True
+
+    def _hand_on(self, request: Waiting) -> None:
+        """On the event loop: the slot of ``request`` (detached) goes to the next waiting
+        batch, which starts on a thread of its own."""
+        with self._gate_lock:
+            following, late = self._gate.finished(request.reserved, time.time())
+            if following is not None:
+                self._running.add(following.key)
         for refused in late:
             _resolve(refused.item[1], None, NotStarted(late=True))
         if following is not None:
-            self._executor_of(batch).submit(self._serve, following)
-        raise Abandoned(batch.lease_id)
+            try:
+                self._executor_of(following.item[0]).submit(self._serve, following)
+            except BaseException as e:
+                _resolve(following.item[1], None, e)
+                if self._detach(following):
+                    self._hand_on(following)
 
 
 def _resolve(running: asyncio.Future[Any], answer: Any, error: BaseException | None) -> None:
