@@ -1,11 +1,12 @@
-"""Running a consumer's batches: the fetch loops, the run slots, and the thread pools.
+"""Running a consumer's batches: the fetch loops and the run slots.
 
 Backpressure: at most ``max_concurrency + prefetch_batches`` fetched batches exist at once;
 a fetch loop fetches the next only when one of those slots frees up. Reserved slots have a
 fetch loop, a semaphore and threads of their own. A batch runs on the consumer's own thread
-pool (or in its child process, see ``daskqueue.consumer.isolate``) and is settled when it
-ends; a batch whose item ignores its time limit is left to its thread. The fetch loops are
-on the event loop and never run user code.
+pool (``daskqueue.consumer.thread_runner``) or in its child process
+(``daskqueue.consumer.isolate``), and is settled when it ends; a batch whose item ignores
+its time limit is left to its thread. The fetch loops are on the event loop and never run
+user code.
 
 A batch fetched ahead goes to its runner at once (the child process, or the thread pool)
 and waits there for a run thread at a gate (``daskqueue.consumer.start_gate``): a thread
@@ -277,8 +278,8 @@ class RunSlots:
         """Early acks: run ``batch`` once a run thread is free (counted here), or give it
         back unrun (None) if the consumer stops first or it would end too late."""
         threads = self._threads_reserved if batch.reserved else self._threads
-        # A batch fetched ahead waits here for a run thread, not in the thread pool: when it
-        # gets one, it is known when it starts, and whether it still ends in time.
+        # Its ack must be answered before it starts, so a batch fetched ahead waits here for
+        # a run thread: when it gets one, it is known whether it still ends in time.
         if not await self._thread_unless_stopping(threads):
             # The consumer stops (its worker retires, its pool closes) before this batch
             # started: give it back now, not once the batches running ahead of it end, so
