@@ -286,11 +286,8 @@ class ProcessRunner:
 
     async def run(self, batch: Any, funcs: dict[bytes, bytes], start_by: float | None = None) -> tuple[Any, ...]:
         """Run ``batch`` in the child; ``funcs`` holds every function it may need, by digest.
-
-        Sent at once, whether or not a run thread is free there: the child starts it when
-        one frees, unless ``take_back`` came first or it is past ``start_by`` (epoch s):
-        then it raises :class:`~daskqueue.consumer.start_gate.NotStarted`, and no item ran.
-        """
+        Sent at once: the child starts it when a run thread frees, unless ``take_back`` came
+        first or it is past ``start_by`` (epoch s): then it raises ``NotStarted``, nothing ran."""
         await self._ensure()
         assert self._recovering is not None
         if not self._recovering.locked():
@@ -302,9 +299,8 @@ class ProcessRunner:
             return await self._recover(batch, funcs, start_by)
 
     def take_back(self) -> None:
-        """Have the child send back unrun every batch still waiting for a run thread (each
-        one's ``run`` raises ``NotStarted``); those running run on. Written at once, from
-        the event loop, with no wait: a frame this small fits in the pipe."""
+        """Have the child send back unrun every batch waiting for a run thread there (their
+        ``run`` raises ``NotStarted``; running ones run on). No wait: the transport buffers it."""
         child = self._child
         if child is None or child.proc.stdin is None:
             return
