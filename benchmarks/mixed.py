@@ -45,6 +45,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--batch-sizes", default="1,1000,adaptive",
                    help="daskqueue variants: comma-separated fixed sizes and/or 'adaptive'")
+    p.add_argument("--isolation", choices=["auto", "thread", "process"], default="auto",
+                   help="where daskqueue's consumers run tasks ('auto': a child process, as a queue "
+                        "shares each worker)")
     args = p.parse_args()
     env = common.environment("mixed")
     work = durations(args.tasks, mean_s=args.mean_ms / 1000, sigma=args.sigma,
@@ -72,7 +75,7 @@ def main() -> None:
             label = "adaptive" if bs is None else f"batch_size={bs}"
             log(f"daskqueue qp.map, {label}")
             # no warm-up map: it would teach the adaptive batch size no-op timings
-            with daskqueue_pools(client, batch_size=bs) as (qp, cp):
+            with daskqueue_pools(client, batch_size=bs, isolation=args.isolation) as (qp, cp):
                 seconds, out = timed(lambda: qp.map(tasks.sleep_timed, work))
                 assert len(out) == len(work)
                 details[f"daskqueue_{label}"] = {

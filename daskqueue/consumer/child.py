@@ -9,12 +9,19 @@ the queue that lives there.
 Wire format, both ways: frames of an 8-byte little-endian length and one pickle.
 
 * parent -> child: ``("init", cloudpickled (cls, args, kwargs))`` first; then
-  ``("run", request_id, batch, funcs, drop, report_starts, skip)`` and ``("halt", flag)``:
-  ``funcs`` are the functions (digest -> pickle) the batch needs that the child lacks, ``drop``
-  the digests the child forgets first (its parent bounds the table, ``isolate.ChildFunctions``).
+  ``("run", request_id, batch, funcs, drop, report_starts, skip, start_by)``, ``("halt",
+  flag)`` and ``("take-back",)``: ``funcs`` are the functions (digest -> pickle) the batch
+  needs that the child lacks, ``drop`` the digests the child forgets first (its parent bounds
+  the table, ``isolate.ChildFunctions``), ``start_by`` the latest start allowed (epoch s) or
+  None; ``take-back`` sends back every batch still waiting for a run thread.
 * child -> parent: ``("ready",)`` or ``("init-failed", error)``; ``("started", request_id,
   position)`` before each item when ``report_starts``; ``("done", request_id, done, errors,
-  fatal, results_blob, run_s)``.
+  fatal, results_blob, run_s)``, or ``("unrun", request_id, late)`` for a batch that never
+  started (taken back, or with ``late`` past its ``start_by``).
+
+The parent sends a batch as soon as it has fetched it, ahead of a free run thread: the
+child's :class:`~daskqueue.consumer.start_gate.StartGate` starts it when a run thread frees
+(on that thread, with no round trip to the parent), unless it was taken back or is late.
 
 The child's stdout is the parent's pipe: file descriptor 1 is pointed at stderr first, so a
 ``print`` in user code cannot corrupt a frame. End of input (the parent closed the pipe or
@@ -28,9 +35,11 @@ import pickle
 import struct
 import sys
 import threading
+import time
 from typing import Any, BinaryIO
 
 from daskqueue.consumer.batch import dump_results
+from daskqueue.consumer.start_gate import Arrival, StartGate, Waiting
 from daskqueue.messages import error_from_exception
 
 FRAME = struct.Struct("<Q")
@@ -67,9 +76,10 @@ class _Child:
     time, under ``read_lock``); the one that reads a batch lets go of the pipe and runs the
     batch itself, and a waiting thread becomes the reader. A batch so starts on the thread
     that read it, with no hand-over to another thread (a wake-up of a sleeping thread, on
-    the path of every task). There is one thread more than the parent ever has batches
-    here (it sends a batch only once one of its run slots, general or reserved, is free):
-    a thread is always left to read ``halt`` while every slot runs.
+    the path of every task). A batch read while every slot of its kind runs waits at the
+    gate; the thread whose batch ends next runs it. There is one thread more than slots
+    (general and reserved): a thread is always left to read ``halt`` and ``take-back``
+    while every slot runs.
     """
 
     def __init__(self, out: BinaryIO, stdin: BinaryIO, consumer: Any) -> None:
@@ -81,6 +91,8 @@ class _Child:
         self.read_lock = threading.Lock()
         reserved = getattr(consumer, "reserved_slots", 0)
         self.threads = consumer.max_concurrency + reserved + 1
+        self.gate = StartGate(consumer.max_concurrency, reserved)
+        self.gate_lock = threading.Lock()
         if reserved:
             # A CPU-bound task holds the GIL for up to the switch interval (5 ms) each time
             # the urgent thread asks for it, and a short task asks several times: hand the
@@ -101,19 +113,30 @@ class _Child:
             self.out.flush()
 
     def serve(self) -> None:
-        """One run thread: read when it is this thread's turn, run what it read."""
+        """One run thread: read when it is this thread's turn, run what it read, then each
+        batch the gate hands it as its slot frees."""
         while True:
             with self.read_lock:
-                request = self.next_run()
-            try:
-                self.run(*request)
-            except Exception:  # its reply could not be written: the parent is gone (end of input follows)
-                pass
+                request: Waiting | None = self.next_run()
+            while request is not None:
+                try:
+                    self.run(*request.item)
+                except Exception:  # its reply could not be written: the parent is gone (end of input follows)
+                    pass
+                with self.gate_lock:
+                    request, late = self.gate.finished(request.reserved, time.time())
+                self.send_back(late, late=True)
 
-    def next_run(self) -> tuple[int, Any, bool, dict[int, bytes]]:
-        """Read frames until a batch to run (``halt`` frames take effect at once); at end of
-        input, end the process. Called under ``read_lock``: frames are applied in pipe
-        order, the function table with them (see ``isolate.ChildFunctions``)."""
+    def send_back(self, batches: list[Waiting], *, late: bool) -> None:
+        """Tell the parent these batches never started (it gives them back to their queue)."""
+        for batch in batches:
+            self.send(("unrun", batch.key, late))
+
+    def next_run(self) -> Waiting:
+        """Read frames until a batch to run now (``halt`` and ``take-back`` frames take
+        effect at once, a batch for a busy slot waits at the gate); at end of input, end
+        the process. Called under ``read_lock``: frames are applied in pipe order, the
+        function table with them (see ``isolate.ChildFunctions``)."""
         while True:
             msg = read_frame(self.stdin)
             if msg is None:
@@ -121,15 +144,26 @@ class _Child:
                 os._exit(0)  # the parent is gone: nobody will read what running items would give
             if msg[0] == "halt":
                 self.consumer._halt_items = msg[1]
+            elif msg[0] == "take-back":
+                with self.gate_lock:
+                    taken = self.gate.take_back()
+                self.send_back(taken, late=False)
             elif msg[0] == "run":
-                _, request_id, batch, funcs, drop, report_starts, skip = msg
+                _, request_id, batch, funcs, drop, report_starts, skip, start_by = msg
                 for digest in drop:
                     self.funcs.pop(digest, None)
                 self.funcs.update(funcs)
                 # Taken now, in pipe order: a later message may drop them while this batch runs.
                 named = {s.digest for s in batch.segments if s.digest is not None}
                 batch.funcs = {d: self.funcs[d] for d in named if d in self.funcs}
-                return request_id, batch, report_starts, skip
+                request = Waiting(request_id, (request_id, batch, report_starts, skip),
+                                  reserved=bool(getattr(batch, "reserved", False)), start_by=start_by)
+                with self.gate_lock:
+                    arrival = self.gate.arrive(request, time.time())
+                if arrival is Arrival.START:
+                    return request
+                if arrival is Arrival.REFUSE:
+                    self.send_back([request], late=True)
 
     def run(self, request_id: int, batch: Any, report_starts: bool, skip: dict[int, bytes]) -> None:
         on_start = (lambda pos: self.send(("started", request_id, pos))) if report_starts else None

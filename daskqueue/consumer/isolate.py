@@ -31,6 +31,7 @@ from typing import Any
 
 from daskqueue.consumer.child import FRAME, encode_frame
 from daskqueue.consumer.child_functions import ChildFunctions
+from daskqueue.consumer.start_gate import NotStarted
 from daskqueue.defaults import TIME_LIMIT_GRACE_S
 from daskqueue.messages import decode_error, encode_error, killed_error
 
@@ -251,6 +252,10 @@ class ProcessRunner:
             del child.requests[msg[1]]
             if not request.future.done():
                 request.future.set_result(msg[2:])
+        elif msg[0] == "unrun":
+            del child.requests[msg[1]]
+            if not request.future.done():
+                request.future.set_exception(NotStarted(late=msg[2]))
 
     def _stop_reading(self, child: _Child) -> None:
         """Stop reading the child's output (idempotent) and start ``_ended``."""
@@ -279,23 +284,36 @@ class ProcessRunner:
 
     # -- running ------------------------------------------------------------------------------
 
-    async def run(self, batch: Any, funcs: dict[bytes, bytes]) -> tuple[Any, ...]:
-        """Run ``batch`` in the child; ``funcs`` holds every function it may need, by digest."""
+    async def run(self, batch: Any, funcs: dict[bytes, bytes], start_by: float | None = None) -> tuple[Any, ...]:
+        """Run ``batch`` in the child; ``funcs`` holds every function it may need, by digest.
+        Sent at once: the child starts it when a run thread frees, unless ``take_back`` came
+        first or it is past ``start_by`` (epoch s): then it raises ``NotStarted``, nothing ran."""
         await self._ensure()
         assert self._recovering is not None
         if not self._recovering.locked():
             try:
-                return await self._run_once(batch, funcs, report_starts=False, skip={})
+                return await self._run_once(batch, funcs, report_starts=False, skip={}, start_by=start_by)
             except ChildDied:
                 pass
         async with self._recovering:  # batches from a dead child are retried one at a time
-            return await self._recover(batch, funcs)
+            return await self._recover(batch, funcs, start_by)
 
-    async def _recover(self, batch: Any, funcs: dict[bytes, bytes]) -> tuple[Any, ...]:
+    def take_back(self) -> None:
+        """Have the child send back unrun every batch waiting for a run thread there (their
+        ``run`` raises ``NotStarted``; running ones run on). No wait: the transport buffers it."""
+        child = self._child
+        if child is None or child.proc.stdin is None:
+            return
+        try:
+            child.proc.stdin.write(encode_frame(("take-back",)))
+        except (OSError, ConnectionError):
+            pass  # it died: its reader fails what it held
+
+    async def _recover(self, batch: Any, funcs: dict[bytes, bytes], start_by: float | None) -> tuple[Any, ...]:
         skip: dict[int, bytes] = {}
         while len(skip) < batch.count:
             try:
-                return await self._run_once(batch, funcs, report_starts=True, skip=skip)
+                return await self._run_once(batch, funcs, report_starts=True, skip=skip, start_by=start_by)
             except ChildDied as e:
                 killer = e.last_started
                 if killer is None:  # it died before any item started: blame the first
@@ -310,8 +328,8 @@ class ProcessRunner:
                 skip[killer] = child_killed_error(e.returncode)
         return batch.count, skip, set(), pickle.dumps([None] * batch.count), 0.0
 
-    async def _run_once(self, batch: Any, funcs: dict[bytes, bytes], *,
-                        report_starts: bool, skip: dict[int, bytes]) -> tuple[Any, ...]:
+    async def _run_once(self, batch: Any, funcs: dict[bytes, bytes], *, report_starts: bool,
+                        skip: dict[int, bytes], start_by: float | None) -> tuple[Any, ...]:
         child = await self._ensure()
         # Planned and written with no await between: run messages reach the child in the order
         # their plans were made (see ChildFunctions).
@@ -325,7 +343,7 @@ class ProcessRunner:
         request_id = next(self._ids)
         request = child.requests[request_id] = _Request(asyncio.get_running_loop().create_future())
         try:
-            await self._send(child, ("run", request_id, batch, needed, drop, report_starts, skip))
+            await self._send(child, ("run", request_id, batch, needed, drop, report_starts, skip, start_by))
         except (OSError, ConnectionError):
             pass  # the child is dying: its reader fails the request
         if child.reader is not None and child.reader.done() and not request.future.done():

@@ -1,47 +1,52 @@
-"""Running a consumer's batches: the fetch loops, the run slots, and the thread pools.
+"""Running a consumer's batches: the fetch loops and the run slots.
 
 Backpressure: at most ``max_concurrency + prefetch_batches`` fetched batches exist at once;
 a fetch loop fetches the next only when one of those slots frees up. Reserved slots have a
 fetch loop, a semaphore and threads of their own. A batch runs on the consumer's own thread
-pool (or in its child process, see ``daskqueue.consumer.isolate``) and is settled when it
-ends; a batch whose item ignores its time limit is left to its thread. The fetch loops are
-on the event loop and never run user code.
+pool (``daskqueue.consumer.thread_runner``) or in its child process
+(``daskqueue.consumer.isolate``), and is settled when it ends; a batch whose item ignores
+its time limit is left to its thread. The fetch loops are on the event loop and never run
+user code.
+
+A batch fetched ahead goes to its runner at once (the child process, or the thread pool)
+and waits there for a run thread at a gate (``daskqueue.consumer.start_gate``): a thread
+that frees starts the next batch with no round trip to this loop, and the walltime guard
+and a stopping consumer still have their say (a batch past its latest start, or taken
+back, comes back unrun and is given back). Early acks only wait here for a run thread: the
+ack must be answered before the batch starts.
 
 Walltime: on a worker that will leave (``--lifetime``, a SLURM job's end; see
 ``daskqueue.consumer.leaving``), the fetch loops take only what the
 :class:`~daskqueue.consumer.walltime.WalltimeGuard` says still ends in time, and a fetched
-batch that no longer does when it is about to start is given back unrun.
+batch that no longer does when it is about to start is given back unrun (in the child: past
+the latest start the batch was sent with).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from daskqueue import defaults
-from daskqueue.consumer.batch import Batch, Outcome, dump_results
+from daskqueue.consumer.batch import Batch, Outcome
 from daskqueue.consumer.counters import Counters
 from daskqueue.consumer.eager import start_eagerly
 from daskqueue.consumer.fetching import FetchPolicy
 from daskqueue.consumer.isolate import time_limit_error
-from daskqueue.consumer.leaving import leaving_time, retire_at
-from daskqueue.consumer.limits import watchdog
 from daskqueue.consumer.settling import Settler
 from daskqueue.consumer.sizer import BatchSizer
-from daskqueue.consumer.walltime import DurationEstimates, WalltimeGuard
+from daskqueue.consumer.start_gate import NotStarted
+from daskqueue.consumer.thread_runner import Abandoned, RunOnThread, ThreadRunner
+from daskqueue.consumer.walltime_watch import WalltimeWatch
 from daskqueue.queue.handles import ORPHAN_CHECK_S
 
 __all__ = ["RunSlots", "SlotConfig"]
 
 logger = logging.getLogger("daskqueue")
-
-RunOnThread = Callable[[Batch], "tuple[Outcome, float]"]
 
 #: How long a fetch loop waits before asking again when the walltime lets it take nothing.
 WALLTIME_WAIT_S = 0.2
@@ -76,32 +81,33 @@ class RunSlots:
         self._settler = settler
         self._sizer = sizer
         self._counters = counters
-        self._run_on_thread = run_on_thread
+        self._thread_runner = ThreadRunner(index, config.max_concurrency, config.reserved_slots, run_on_thread)
         self._orphaned = orphaned
         self._close_orphan = close_orphan
         self.process: Any = None
         self.inflight: dict[tuple[int, int], Batch] = {}  # (slot, lease_id) -> batch
-        self.abandoned = 0  # batches left to a thread that ignored its time limit
         self._stop_requested = False
         self._stopping = asyncio.Event()  # set with stop_requested: wakes batches waiting for a thread
         self.loop_task: asyncio.Task[None] | None = None
         self._reserved_task: asyncio.Task[None] | None = None
         self._extender: asyncio.Task[None] | None = None
         self._finishing: set[asyncio.Task[None]] = set()
-        self._executor: ThreadPoolExecutor | None = None
-        self._reserved_executor: ThreadPoolExecutor | None = None
-        self._batch_threads: dict[int, int] = {}  # lease id -> the thread running it
-        # One per run thread (see _run_and_settle).
+        self._sent_ahead = 0  # general batches sent to the runner and not back yet
+        # One per run thread, for early acks (see _run_here).
         self._threads = asyncio.Semaphore(config.max_concurrency)
         self._threads_reserved = asyncio.Semaphore(max(1, config.reserved_slots))
-        self.durations = DurationEstimates()  # measured always: a guard may come later
-        self.walltime: WalltimeGuard | None = None  # set once the worker's end is known
-        self.given_back = 0  # batches given back unrun because they would end too late
+        self.walltime = WalltimeWatch(index)
+
+    @property
+    def abandoned(self) -> int:
+        """Batches left to a thread that ignored its time limit."""
+        return self._thread_runner.abandoned
 
     @property
     def stop_requested(self) -> bool:
         """Set to stop the fetch loops; batches fetched ahead that have no run thread yet
-        are then given back unrun at once (see ``_run_and_settle``)."""
+        are then given back unrun at once (see ``_run_and_settle``), also those waiting in
+        the child process."""
         return self._stop_requested
 
     @stop_requested.setter
@@ -109,6 +115,9 @@ class RunSlots:
         self._stop_requested = value
         if value:
             self._stopping.set()
+            self._thread_runner.take_back()
+            if self.process is not None:
+                self.process.take_back()
         else:
             self._stopping = asyncio.Event()
 
@@ -119,24 +128,13 @@ class RunSlots:
     def start(self) -> None:
         """Start the fetch loops (and the lease extender unless batches are acked early)."""
         self.stop_requested = False
-        if self._executor is None:
-            self._executor = self._new_executor(reserved=False)
-        if self._reserved_executor is None and self.config.reserved_slots:
-            # Threads of their own: a batch fetched ahead waits for a general thread and can
-            # never take a reserved one.
-            self._reserved_executor = self._new_executor(reserved=True)
+        self._thread_runner.start()
         loop = asyncio.get_running_loop()
         self.loop_task = loop.create_task(self._fetch_loop(look_up_leaving=True))
         if self.config.reserved_slots:
             self._reserved_task = loop.create_task(self._fetch_loop(reserved=True))
         if not self.config.early_ack:
             self._extender = loop.create_task(self._settler.extend_forever())
-
-    def _new_executor(self, *, reserved: bool) -> ThreadPoolExecutor:
-        if reserved:
-            return ThreadPoolExecutor(self.config.reserved_slots,
-                                      thread_name_prefix=f"daskqueue-consumer-{self.index}-reserved")
-        return ThreadPoolExecutor(self.config.max_concurrency, thread_name_prefix=f"daskqueue-consumer-{self.index}")
 
     async def join(self) -> None:
         """After ``stop_requested`` is set: await the fetch loops, then every settlement,
@@ -162,10 +160,7 @@ class RunSlots:
 
     def shutdown(self) -> None:
         """Shut the thread pools down (threads running an item finish it)."""
-        for executor in (self._executor, self._reserved_executor):
-            if executor is not None:
-                executor.shutdown(wait=False)
-        self._executor = self._reserved_executor = None
+        self._thread_runner.shutdown()
 
     async def _fetch_loop(self, reserved: bool = False, look_up_leaving: bool = False) -> None:
         """Fetch and start batches while there is a free slot: the general slots (and the
@@ -175,7 +170,7 @@ class RunSlots:
         c = self.config
         slots = asyncio.Semaphore(c.reserved_slots if reserved else c.max_concurrency + c.prefetch_batches)
         if look_up_leaving:
-            await self._look_up_leaving()
+            await self.walltime.look_up()
         checked_at = time.monotonic()
         while not self.stop_requested:
             if not reserved and time.monotonic() - checked_at > ORPHAN_CHECK_S:
@@ -211,87 +206,26 @@ class RunSlots:
             return await self._fetcher.fetch_urgent()
         return await self._fetcher.fetch(limit=limit)
 
-    async def _look_up_leaving(self) -> None:
-        """Find when this worker leaves (never fails the loop: no guard then); under SLURM,
-        have the worker retire before its job is killed."""
-        try:
-            from distributed import get_worker
-
-            worker = get_worker()
-        except (ImportError, ValueError):  # not on a worker (a consumer run in a test, off Dask)
-            return
-        try:
-            leaving = await leaving_time(worker)
-        except Exception:
-            logger.exception("consumer %d: cannot tell when worker %s leaves", self.index, worker.address)
-            return
-        if leaving is None:
-            return
-        self.walltime = WalltimeGuard(leaving.at, self.durations)
-        if leaving.source == "slurm":
-            retire_at(worker, leaving.at)
-        logger.info("consumer %d: its worker leaves in %.1f s (%s); it takes only work that ends before",
-                    self.index, leaving.at - time.time(), leaving.source)
-
     def _fetch_limit(self, reserved: bool) -> int | None:
         """How many messages the next fetch may take: None (no end known), else the
         walltime guard's say (0: none now)."""
-        if self.walltime is None:
-            return None
-        wanted = 1 if reserved else self._sizer.size
         threads = self.config.reserved_slots if reserved else self.config.max_concurrency
         busy = self._counters.busy_slots  # both kinds of slot: close enough near the end
-        return self.walltime.items_to_fetch(time.time(), wanted, thread_free=busy < threads)
-
-    def _too_late(self, batch: Batch) -> bool:
-        """Whether ``batch``, starting now, would end after the worker leaves."""
-        if self.walltime is None:
-            return False
-        counts: dict[str | None, int] = {}
-        for seg in batch.segments:
-            counts[seg.type] = counts.get(seg.type, 0) + seg.count
-        return not self.walltime.fits(time.time(), counts)
+        return self.walltime.fetch_limit(1 if reserved else self._sizer.size, thread_free=busy < threads)
 
     async def _run_and_settle(self, batch: Batch, slots: asyncio.Semaphore) -> None:
-        threads = self._threads_reserved if batch.reserved else self._threads
         try:
-            # A batch fetched ahead waits here for a run thread, not in the thread pool: when
-            # it gets one, it is known when it starts, and whether it still ends in time.
-            if not await self._thread_unless_stopping(threads):
-                # The consumer stops (its worker retires, its pool closes) before this batch
-                # started: give it back now, not once the batches running ahead of it end, so
-                # that its messages run elsewhere and the consumer leaves sooner.
-                logger.debug("consumer %d: stopping; giving lease %d (%d items) back unrun", self.index,
-                             batch.lease_id, batch.count)
-                await self._settler.give_back(batch.queue_slot, batch.lease_id)
+            if not self.config.early_ack:
+                outcome = await self._run_sent_ahead(batch)
+            else:
+                outcome = await self._run_here(batch)
+            if outcome is None:  # given back unrun
                 return
-            try:
-                if self._too_late(batch):
-                    # Before any early ack: unrun, it goes back to the front of its queue with
-                    # no attempt counted, for a consumer that has the time.
-                    self.given_back += 1
-                    logger.info("consumer %d: lease %d (%d items) would end after the worker leaves; "
-                                "giving it back unrun", self.index, batch.lease_id, batch.count)
-                    await self._settler.give_back(batch.queue_slot, batch.lease_id)
-                    return
-                if self.config.early_ack:
-                    await self._settler.settle(batch, Outcome(batch.count, {}, set(), []), early=True)
-                self._counters.busy_slots += 1
-                try:
-                    outcome, run_s = await self._run(batch)
-                finally:
-                    self._counters.busy_slots -= 1
-                self._counters.observe(outcome.done, run_s)
-                self.durations.observe(outcome.done, run_s, (s.type for s in batch.segments))
-                if not batch.reserved:
-                    self._sizer.observe(outcome.done, run_s, (s.type for s in batch.segments))
-            finally:
-                threads.release()
             if self.config.early_ack:
                 await self._settler.record(batch, outcome)
             else:
                 await self._settler.settle(batch, outcome, early=False)
-        except _Abandoned:
+        except Abandoned:
             # Late ack: not settled, its lease expires and the queue redelivers it (an
             # attempt). Early ack: acked already, so its items fail here, with no result.
             if self.config.early_ack:
@@ -306,6 +240,87 @@ class RunSlots:
         finally:
             del self.inflight[(batch.queue_slot, batch.lease_id)]
             slots.release()
+
+    async def _run_sent_ahead(self, batch: Batch) -> Outcome | None:
+        """Hand ``batch`` to its runner now, even with every run thread there busy: it
+        starts when one frees, unless the consumer stops first (``stop_requested`` takes it
+        back) or it is past its latest start by then; then it comes back unrun and is given
+        back (None). Late acks only: an early ack must be answered before the batch starts."""
+        if self._stop_requested or self.walltime.too_late(batch):
+            await self._give_back(batch, late=not self._stop_requested)
+            return None
+        self._sent_busy(batch, 1)
+        late: bool | None = None
+        try:
+            outcome, run_s = await self._run(batch, self.walltime.start_by(batch))
+        except NotStarted as e:
+            late = e.late
+        finally:
+            self._sent_busy(batch, -1)
+        if late is not None:
+            await self._give_back(batch, late=late)
+            return None
+        self._observe(batch, outcome, run_s)
+        return outcome
+
+    def _sent_busy(self, batch: Batch, delta: int) -> None:
+        """Count a batch sent to its runner (1) or back (-1) in ``busy_slots``: at most
+        ``max_concurrency`` general ones run there, the rest wait for a thread."""
+        if batch.reserved:  # a reserved slot was free: it runs at once
+            self._counters.busy_slots += delta
+            return
+        most = self.config.max_concurrency
+        before = min(self._sent_ahead, most)
+        self._sent_ahead += delta
+        self._counters.busy_slots += min(self._sent_ahead, most) - before
+
+    async def _run_here(self, batch: Batch) -> Outcome | None:
+        """Early acks: run ``batch`` once a run thread is free (counted here), or give it
+        back unrun (None) if the consumer stops first or it would end too late."""
+        threads = self._threads_reserved if batch.reserved else self._threads
+        # Its ack must be answered before it starts, so a batch fetched ahead waits here for
+        # a run thread: when it gets one, it is known whether it still ends in time.
+        if not await self._thread_unless_stopping(threads):
+            # The consumer stops (its worker retires, its pool closes) before this batch
+            # started: give it back now, not once the batches running ahead of it end, so
+            # that its messages run elsewhere and the consumer leaves sooner.
+            await self._give_back(batch, late=False)
+            return None
+        try:
+            if self.walltime.too_late(batch):
+                # Before any early ack: unrun, it goes back to the front of its queue with
+                # no attempt counted, for a consumer that has the time.
+                await self._give_back(batch, late=True)
+                return None
+            if self.config.early_ack:
+                await self._settler.settle(batch, Outcome(batch.count, {}, set(), []), early=True)
+            self._counters.busy_slots += 1
+            try:
+                outcome, run_s = await self._run(batch)
+            finally:
+                self._counters.busy_slots -= 1
+            self._observe(batch, outcome, run_s)
+            return outcome
+        finally:
+            threads.release()
+
+    def _observe(self, batch: Batch, outcome: Outcome, run_s: float) -> None:
+        self._counters.observe(outcome.done, run_s)
+        self.walltime.observe(outcome.done, run_s, (s.type for s in batch.segments))
+        if not batch.reserved:
+            self._sizer.observe(outcome.done, run_s, (s.type for s in batch.segments))
+
+    async def _give_back(self, batch: Batch, *, late: bool) -> None:
+        """Give ``batch`` back to its queue unrun: it would end after the worker leaves
+        (``late``), or the consumer stops. No attempt counts; it goes to the front."""
+        if late:
+            self.walltime.given_back += 1
+            logger.info("consumer %d: lease %d (%d items) would end after the worker leaves; "
+                        "giving it back unrun", self.index, batch.lease_id, batch.count)
+        else:
+            logger.debug("consumer %d: stopping; giving lease %d (%d items) back unrun", self.index,
+                         batch.lease_id, batch.count)
+        await self._settler.give_back(batch.queue_slot, batch.lease_id)
 
     async def _thread_unless_stopping(self, threads: asyncio.Semaphore) -> bool:
         """Acquire ``threads`` (True), unless the consumer stops first (False, not acquired).
@@ -341,54 +356,11 @@ class RunSlots:
             logger.exception("consumer %d: recording the time-limit failures of lease %d failed",
                              self.index, batch.lease_id)
 
-    async def _run(self, batch: Batch) -> tuple[Outcome, float]:
-        """Run ``batch`` on the thread pool, or in the child process when there is one."""
+    async def _run(self, batch: Batch, start_by: float | None = None) -> tuple[Outcome, float]:
+        """Run ``batch`` on the thread pool, or in the child process when there is one (either
+        may hold it until a thread frees, and raise ``NotStarted`` past ``start_by``)."""
         if self.process is None:
-            loop = asyncio.get_running_loop()
-            executor = self._reserved_executor if batch.reserved else self._executor
-            running = loop.run_in_executor(executor, self._on_thread, batch)
-            if not any(seg.time_limit_s for seg in batch.segments):
-                return await running
-            return await self._run_watched(batch, running)
-        done, errors, fatal, blob, run_s = await self.process.run(batch, batch.funcs or {})
+            return await self._thread_runner.run(batch, start_by)
+        done, errors, fatal, blob, run_s = await self.process.run(batch, batch.funcs or {}, start_by)
         return Outcome(done, errors, fatal, [], blob), run_s
 
-    def _on_thread(self, batch: Batch) -> tuple[Outcome, float]:
-        """On a run thread: run ``batch`` (known as this thread's to the time-limit watch),
-        then pickle its results here: they may be large, and pickling them on the event
-        loop would stall the worker's loop, its heartbeats and every actor on it."""
-        self._batch_threads[batch.lease_id] = threading.get_ident()
-        try:
-            outcome, run_s = self._run_on_thread(batch)
-        finally:
-            self._batch_threads.pop(batch.lease_id, None)
-        dump_results(outcome)
-        return outcome, run_s
-
-    async def _run_watched(self, batch: Batch, running: asyncio.Future[Any]) -> tuple[Outcome, float]:
-        """Await a batch with time limits; if an item ignores its interruption for
-        ``TIME_LIMIT_GRACE_S``, leave its thread behind: raise :class:`_Abandoned` (the batch
-        is not settled and its lease no longer extended, so the queue redelivers it), and run
-        later batches on fresh threads so that the slot is not lost."""
-        while True:
-            done, _ = await asyncio.wait({running}, timeout=min(1.0, defaults.TIME_LIMIT_GRACE_S / 5))
-            if done:
-                return running.result()
-            thread = self._batch_threads.get(batch.lease_id)
-            if thread is not None and watchdog.overdue_s(thread) > defaults.TIME_LIMIT_GRACE_S:
-                break
-        self.abandoned += 1
-        logger.error("consumer %d: an item of lease %d ignored its time limit for %g s (a C call, or "
-                     "it caught the exception); leaving its thread behind, its lease to expire",
-                     self.index, batch.lease_id, defaults.TIME_LIMIT_GRACE_S)
-        if batch.reserved:
-            old, self._reserved_executor = self._reserved_executor, self._new_executor(reserved=True)
-        else:
-            old, self._executor = self._executor, self._new_executor(reserved=False)
-        if old is not None:
-            old.shutdown(wait=False)
-        raise _Abandoned(batch.lease_id)
-
-
-class _Abandoned(Exception):
-    """A batch left to a thread that ignored its time limit (see ``_run_watched``)."""

@@ -111,16 +111,21 @@ class WalltimeGuard:
     def fits(self, now: float, counts: Mapping[str | None, int]) -> bool:
         """Whether a batch of ``counts`` items per type, starting now, ends in time. A batch
         of work never measured runs if there is time left at all (it is how it gets measured)."""
-        left = self.time_left(now)
-        if left <= 0:
-            return False
+        return self.time_left(now) > 0 and now <= self.latest_start(counts)
+
+    def latest_start(self, counts: Mapping[str | None, int]) -> float:
+        """The latest time (epoch s) a batch of ``counts`` items per type may start and still
+        end in time, by the estimates as they are now: a batch sent ahead to where it runs
+        carries it (``daskqueue.consumer.start_gate``). Work never measured may start until
+        no time is left."""
         need = 0.0
         for t, n in counts.items():
             per_item = self.estimates.estimate(t)
             if per_item is None:
-                return True
+                need = 0.0
+                break
             need += n * per_item
-        return need <= left
+        return self.leaves_at - self.margin_s - need
 
     def done(self, now: float) -> bool:
         """Whether no work may start any more: the guard refuses everything from now on."""

@@ -36,10 +36,12 @@ def _started(path: str) -> list[int]:
 
 
 @pytest.mark.timeout(120)
-def test_a_stopping_consumer_gives_back_its_batch_fetched_ahead_while_its_item_still_runs(pools, tmp_path):
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_stopping_consumer_gives_back_its_batch_fetched_ahead_while_its_item_still_runs(pools, tmp_path, isolation):
+    # "process": the batch fetched ahead waits in the child process, which sends it back.
     qp = pools.queue(1)
     cp = pools.consumer(qp, n_consumers=1, batch_size=1, max_concurrency=1, prefetch_batches=1,
-                        isolation="thread")
+                        isolation=isolation)
     started, release = str(tmp_path / "started"), str(tmp_path / "release")
     ids = qp.batch_submit([(run_until_released, i, started, release) for i in range(3)])
     cp.start()

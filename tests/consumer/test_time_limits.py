@@ -83,13 +83,15 @@ def short_grace(client):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("isolation", ["thread", "process"])
-def test_a_task_that_cannot_be_interrupted_does_not_hold_its_slot(pools, isolation, short_grace):
+@pytest.mark.parametrize("isolation, prefetch_batches", [("thread", 0), ("process", 0), ("thread", 1)])
+def test_a_task_that_cannot_be_interrupted_does_not_hold_its_slot(pools, isolation, prefetch_batches, short_grace):
     """A C call past its limit ignores the interruption: after the grace (``GRACE_S`` here)
     the consumer gives the slot up (threads: a fresh thread pool; process: the child is
-    killed), and the next task runs; the stuck one fails as TimeLimitExceeded."""
+    killed), and the next task runs; the stuck one fails as TimeLimitExceeded. With a
+    prefetch, the next task waits for the stuck one's thread at the thread pool's gate,
+    and is handed the slot when that thread is left behind."""
     qp = pools.queue(1, max_retries=0, lease_timeout_s=3)
-    cp = pools.consumer(qp, n_consumers=1, max_concurrency=1, prefetch_batches=0, batch_size=1,
+    cp = pools.consumer(qp, n_consumers=1, max_concurrency=1, prefetch_batches=prefetch_batches, batch_size=1,
                         isolation=isolation)
     cp.start()
     stuck = qp.submit(tasks.block_in_c, 60, dq_time_limit_s=0.5)
