@@ -39,7 +39,7 @@ DEFAULT_PROBES = [
     "daskqueue.consumer.fetching:FetchPolicy._decode",
     "daskqueue.consumer.running:RunSlots._run_and_settle",
     "daskqueue.consumer.running:RunSlots._run",
-    "daskqueue.consumer.running:RunSlots._on_thread",
+    "daskqueue.consumer.thread_runner:ThreadRunner._on_thread",
     "daskqueue.consumer.isolate:ProcessRunner.run",
     "daskqueue.consumer.isolate:ProcessRunner._send",
     "daskqueue.consumer.isolate:ProcessRunner._receive",
