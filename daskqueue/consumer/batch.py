@@ -13,7 +13,7 @@ from daskqueue.messages import error_from_exception
 from daskqueue.queue.producer_results import split_values
 from daskqueue.serialize import Segment, dumps
 
-__all__ = ["Batch", "Outcome", "dump_results"]
+__all__ = ["Batch", "Outcome", "dump_results", "batch_to_child", "batch_from_parent"]
 
 
 @dataclass(slots=True, eq=False)
@@ -30,6 +30,21 @@ class Batch:
     #: these if the consumer's bounded function cache evicted one meanwhile. None when the
     #: batch travels to a child process (which is sent only the functions it lacks).
     funcs: dict[bytes, bytes] | None = None
+
+
+def batch_to_child(batch: Batch) -> tuple[Any, ...]:
+    """``batch`` as the parent sends it to its child process: plain tuples, without the
+    functions (the child is sent only those it lacks). A dataclass and named tuples pickle
+    by reference (a module look-up and a Python call each, per batch and segment, on every
+    single task's path); plain tuples do not."""
+    return (batch.queue_slot, batch.queue_index, batch.lease_id, [tuple(s) for s in batch.segments],
+            batch.count, batch.reserved)
+
+
+def batch_from_parent(frame: tuple[Any, ...]) -> Batch:
+    """The :class:`Batch` that :func:`batch_to_child` sent."""
+    slot, index, lease_id, segments, count, reserved = frame
+    return Batch(slot, index, lease_id, [Segment._make(s) for s in segments], count, reserved)
 
 
 @dataclass(slots=True, eq=False)

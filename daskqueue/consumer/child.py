@@ -9,7 +9,8 @@ the queue that lives there.
 Wire format, both ways: frames of an 8-byte little-endian length and one pickle.
 
 * parent -> child: ``("init", cloudpickled (cls, args, kwargs))`` first; then
-  ``("run", request_id, batch, funcs, drop, report_starts, skip, start_by)``, ``("halt",
+  ``("run", request_id, batch (as batch_to_child makes it), funcs, drop, report_starts, skip,
+  start_by)``, ``("halt",
   flag)`` and ``("take-back",)``: ``funcs`` are the functions (digest -> pickle) the batch
   needs that the child lacks, ``drop`` the digests the child forgets first (its parent bounds
   the table, ``isolate.ChildFunctions``), ``start_by`` the latest start allowed (epoch s) or
@@ -38,7 +39,7 @@ import threading
 import time
 from typing import Any, BinaryIO
 
-from daskqueue.consumer.batch import dump_results
+from daskqueue.consumer.batch import batch_from_parent, dump_results
 from daskqueue.consumer.start_gate import Arrival, StartGate, Waiting
 from daskqueue.messages import error_from_exception
 
@@ -149,7 +150,8 @@ class _Child:
                     taken = self.gate.take_back()
                 self.send_back(taken, late=False)
             elif msg[0] == "run":
-                _, request_id, batch, funcs, drop, report_starts, skip, start_by = msg
+                _, request_id, frame, funcs, drop, report_starts, skip, start_by = msg
+                batch = batch_from_parent(frame)
                 for digest in drop:
                     self.funcs.pop(digest, None)
                 self.funcs.update(funcs)

@@ -19,7 +19,6 @@ batch's other items run in the next child. The items that ran before a death run
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import logging
 import os
@@ -29,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from daskqueue.consumer.batch import batch_to_child
 from daskqueue.consumer.child import FRAME, encode_frame
 from daskqueue.consumer.child_functions import ChildFunctions
 from daskqueue.consumer.start_gate import NotStarted
@@ -334,8 +334,6 @@ class ProcessRunner:
         # Planned and written with no await between: run messages reach the child in the order
         # their plans were made (see ChildFunctions).
         needed, drop = child.sent_funcs.plan(_digests(batch), funcs)
-        if getattr(batch, "funcs", None) is not None:  # the child has them, or gets them here
-            batch = dataclasses.replace(batch, funcs=None)
         allowance = _allowance(batch, skip)
         # A batch with time limits reports its items' starts: its allowance counts from the
         # first one (not from the consumer's setup, which the first batch runs first).
@@ -343,7 +341,8 @@ class ProcessRunner:
         request_id = next(self._ids)
         request = child.requests[request_id] = _Request(asyncio.get_running_loop().create_future())
         try:
-            await self._send(child, ("run", request_id, batch, needed, drop, report_starts, skip, start_by))
+            await self._send(child, ("run", request_id, batch_to_child(batch), needed, drop, report_starts, skip,
+                                     start_by))
         except (OSError, ConnectionError):
             pass  # the child is dying: its reader fails the request
         if child.reader is not None and child.reader.done() and not request.future.done():
