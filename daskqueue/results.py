@@ -120,6 +120,9 @@ class ResultCollector(ClaimsMixin, PollsMixin):
         # Messages moved to another queue (add_queues / remove_queue / replay_dead) keep
         # their old ids.
         self._moves = MovedIds()
+        #: Whether outcomes of moved messages may be in the dicts (see ``ClaimsMixin.claim``);
+        #: cleared when the dicts are emptied.
+        self._moved_filed = False
         # Which consumer ran what (for results(by_consumer=True)): per queue, runs
         # (first seq, count, consumer index) in arrival order, sorted when asked.
         self._ran: dict[int, list[tuple[int, int, int]]] = {}
@@ -221,6 +224,7 @@ class ResultCollector(ClaimsMixin, PollsMixin):
         ``results(clear=True)`` never reads the log, and must not leave it growing)."""
         results, failures = self.results, self.failures
         if not results and not failures:
+            self._moved_filed = False
             if len(self._arrivals):
                 self._arrivals.clear()
         else:
@@ -250,6 +254,24 @@ class ResultCollector(ClaimsMixin, PollsMixin):
             for i in ids:
                 self.failures.pop(i, None)
             self._trim_arrivals()
+
+    def fetch_all(self, q: int, deadline: float | None = None) -> int:
+        """Fetch queue ``q``'s outcomes until an answer shows it holds none beyond the cursors
+        it was sent with; the outcomes filed (or held). For a queue about to close
+        (``remove_queue``): one plain poll is not enough, since its answer is dropped when an
+        older poll's answer, applied first, moved the cursors (see the module docstring of
+        :mod:`daskqueue.outcome_polls`), and the queue would then close with outcomes nobody
+        fetched. Each answer is waited for until ``deadline`` (default: the table's own)."""
+        n = 0
+        for rounds in range(1, 1_000):  # each round moves the cursors on (or ends): bounded in practice
+            with self._lock:
+                fetch = self._send(q, 0.0)
+            answer = self._answer(q, fetch.pending, deadline)
+            n += self._apply(fetch, answer)
+            if (answer[0], answer[2]) == fetch.cursors:
+                logger.debug("queue %d: every outcome fetched (%d, in %d rounds)", q, n, rounds)
+                return n
+        raise AssertionError(f"queue {q}: its outcomes kept coming")
 
     def has_moves(self) -> bool:
         return bool(self._moves)
@@ -338,6 +360,7 @@ class ResultCollector(ClaimsMixin, PollsMixin):
     def _succeed_range(self, q: int, first: int, values: list[Any]) -> None:
         """Results of consecutive messages ``first ..`` of queue ``q`` (one put group)."""
         if self._moves.has(q):
+            self._moved_filed = True
             for oq, seq, count, offset in self._moves.pieces(q, first, len(values), settle=True):
                 self._succeed_here(oq, seq, values[offset : offset + count])
             return
@@ -371,12 +394,14 @@ class ResultCollector(ClaimsMixin, PollsMixin):
 
     def _fail(self, q: int, seq: int, error: bytes, attempts: int) -> None:
         if self._moves.has(q):
+            self._moved_filed = True
             q, seq, _, _ = self._moves.pieces(q, seq, 1, settle=True)[0]
         exc_type, message, tb = decode_error(error)
         self._record_failure(q, seq, RemoteTaskError(make_id(q, seq), exc_type, message, tb, attempts))
 
     def _fail_local(self, q: int, seq: int, cause: BaseException) -> None:
         if self._moves.has(q):
+            self._moved_filed = True
             q, seq, _, _ = self._moves.pieces(q, seq, 1, settle=True)[0]
         err = SerializationError(f"result of task {make_id(q, seq)} cannot be unpickled here: {cause}")
         err.__cause__ = cause
