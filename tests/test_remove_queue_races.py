@@ -49,3 +49,36 @@ def test_a_typed_maps_outcomes_moved_and_filed_before_its_claim_still_reach_it(p
     assert out == [2 * x for x in range(20)]
     assert removed["moved"] == 20 and victim not in qp.queue_indices
     assert qp.results() == {}
+
+
+@pytest.mark.timeout(120)
+def test_remove_queue_fetches_every_outcome_even_when_its_last_polls_answer_is_dropped(pools, monkeypatch):
+    # Another poll's answer (read earlier: 20 outcomes) is applied while remove_queue's last
+    # poll of the queue is in flight: that poll's answer, sent with the old cursors, is
+    # dropped (see daskqueue.outcome_polls). The queue must not close with the 20 outcomes
+    # that only the dropped answer carried.
+    qp = pools.queue(2, max_retries=0)
+    cp = pools.consumer(qp, n_consumers=2)
+    cp.start()
+    collector = qp.collector
+    victim = qp.router.route(None, "k")
+    tasks_of = lambda xs: [(tasks.double, x) for x in xs]  # noqa: E731
+    ids = qp.batch_submit(tasks_of(range(20)), key="k")  # more than a send primes a poll for
+    wait_until(lambda: qp.queues[victim].stats().result(timeout=30).total_acked == 20, timeout_s=60)
+    with collector.exclusive():
+        older = collector._send(victim, 0.0)
+    older_answer = collector._answer(victim, older.pending, None)  # read, not applied yet
+    ids += qp.batch_submit(tasks_of(range(20, 40)), key="k")
+    wait_until(lambda: qp.queues[victim].stats().result(timeout=30).total_acked == 40, timeout_s=60)
+    answer = collector._answer
+    applied = []
+
+    def older_applied_first(q, pending, deadline):
+        if q == victim and not applied:
+            applied.append(collector._apply(older, older_answer))
+        return answer(q, pending, deadline)
+
+    monkeypatch.setattr(collector, "_answer", older_applied_first)
+    qp.remove_queue(victim, timeout_s=60)
+    assert applied == [20]
+    assert qp.results() == {i: 2 * x for x, i in enumerate(ids)}
