@@ -82,3 +82,34 @@ def test_remove_queue_fetches_every_outcome_even_when_its_last_polls_answer_is_d
     qp.remove_queue(victim, timeout_s=60)
     assert applied == [20]
     assert qp.results() == {i: 2 * x for x, i in enumerate(ids)}
+
+
+@pytest.mark.timeout(120)
+def test_a_poll_that_finds_a_queue_closed_by_remove_queue_counts_it_as_empty(pools, monkeypatch):
+    # A poll of every queue read the list of queues to ask; queue 1 is then removed (closed,
+    # its actor released) before the poll's call to it is sent. A concurrent map or executor
+    # would end with QueueClosedError; the queue's outcomes were fetched before it closed.
+    qp = pools.queue(2, max_retries=0)
+    cp = pools.consumer(qp, n_consumers=2)
+    cp.start()
+    collector = qp.collector
+    assert qp.map(tasks.double, range(4)) == [0, 2, 4, 6]
+    send = collector._send
+    removed = []
+
+    def remove_first(q, wait_s):
+        if q == 0 and not removed:
+            # Queue 0 is asked first: remove queue 1 now (the poll holds the collector's
+            # lock here, which remove_queue needs: let go of it meanwhile).
+            lock = collector.exclusive()
+            lock.release()
+            try:
+                removed.append(qp.remove_queue(1, timeout_s=60))
+            finally:
+                lock.acquire()
+        return send(q, wait_s)
+
+    monkeypatch.setattr(collector, "_send", remove_first)
+    assert collector.poll() == 0
+    assert removed == [0] and qp.queue_indices == [0]
+    assert qp.map(tasks.double, range(4)) == [0, 2, 4, 6]
