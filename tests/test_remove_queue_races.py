@@ -35,9 +35,7 @@ def test_a_typed_maps_outcomes_moved_and_filed_before_its_claim_still_reach_it(p
     def late_stored(self, q, *args, **kwargs):
         if q == victim and not done.is_set():
             done.set()
-            remover = threading.Thread(target=lambda: removed.setdefault("moved", qp.remove_queue(victim, timeout_s=60)))
-            remover.start()
-            remover.join(timeout=90)
+            removed["moved"] = qp.remove_queue(victim, timeout_s=60)
             cp.start()
             # The moved tasks run at their new queue; their outcomes are filed before the claim.
             wait_until(lambda: qp.poll_outcomes() >= 0 and len(qp.collector.results) == 20, timeout_s=60)
