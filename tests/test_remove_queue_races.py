@@ -111,3 +111,18 @@ def test_a_poll_that_finds_a_queue_closed_by_remove_queue_counts_it_as_empty(poo
     assert collector.poll() == 0
     assert removed == [0] and qp.queue_indices == [0]
     assert qp.map(tasks.double, range(4)) == [0, 2, 4, 6]
+
+
+@pytest.mark.timeout(10)
+def test_moved_ids_forget_a_run_only_once_every_message_of_it_had_its_outcome():
+    # At-least-once: the outcomes of the first half of a moved run arrive twice before the
+    # second half's; the second half must still be reported under the ids it was given.
+    from daskqueue.moved import MovedIds
+
+    moves = MovedIds()
+    moves.add([(100, 40, 1, 0)], 2)  # messages 100.. of queue 2 are 0.. of queue 1
+    assert moves.pieces(1, 0, 20, settle=True) == [(2, 100, 20, 0)]
+    assert moves.pieces(1, 0, 20, settle=True) == [(2, 100, 20, 0)]  # delivered again
+    assert moves.pieces(1, 20, 20, settle=True) == [(2, 120, 20, 0)]
+    assert not moves  # every message had its outcome: forgotten
+    assert moves.pieces(1, 5, 1, settle=True) == [(1, 5, 1, 0)]  # once more: under its new id
