@@ -101,6 +101,13 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
                 pool.collector.removed.discard(index)
                 raise
             if closed:
+                # Its last outcomes: an owner's put sent before the routing changed may have
+                # come after the last move, and run and been acked before the close.
+                try:
+                    pool.collector.fetch_all(index, _call_deadline(deadline), closed=True)
+                except Exception as e:  # the removal stands (the queue is closed): say what may be lost
+                    logger.warning("%r: queue %d closed, but its last outcomes were not read: %s: %s",
+                                   pool, index, type(e).__name__, e)
                 break
             pool.collector.removed.discard(index)  # an attached producer's put came meanwhile: move it too
         if deadline is not None and time.monotonic() > deadline:
