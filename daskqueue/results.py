@@ -24,6 +24,7 @@ from daskqueue.dead_letter import DeadLetter, dead_letter_of
 from daskqueue.errors import RemoteTaskError, SerializationError
 from daskqueue.messages import MAX_QUEUES, decode_error, make_id, split_id
 from daskqueue.moved import MovedIds
+from daskqueue.outcome_drain import DrainMixin
 from daskqueue.outcome_polls import PRIME_MAX_MESSAGES, PRIMED_WAIT_S, PollsMixin, _Fetch
 from daskqueue.queue.producer_results import is_moved_record, moved_runs
 from daskqueue.sent_ids import SentIds
@@ -74,7 +75,7 @@ class MapClaim:
             self.failures[position] = error
 
 
-class ResultCollector(ClaimsMixin, PollsMixin):
+class ResultCollector(ClaimsMixin, PollsMixin, DrainMixin):
     """Fetches results and dead letters from every queue of a pool. Thread-safe."""
 
     def __init__(
@@ -254,36 +255,6 @@ class ResultCollector(ClaimsMixin, PollsMixin):
             for i in ids:
                 self.failures.pop(i, None)
             self._trim_arrivals()
-
-    def fetch_all(self, q: int, deadline: float | None = None, *, closed: bool = False) -> int:
-        """Fetch queue ``q``'s outcomes until an answer shows it holds none beyond the cursors
-        it was sent with; the outcomes filed (or held). For a queue being removed
-        (``remove_queue``): one plain poll is not enough, since its answer is dropped when an
-        older poll's answer, applied first, moved the cursors (see the module docstring of
-        :mod:`daskqueue.outcome_polls`), and the queue would then close with outcomes nobody
-        fetched. ``closed``: the queue is closed (``close_if_drained``) but its actor not
-        released yet: it is read with the calls a closed queue still answers, and nothing
-        new arrives there any more, so this reads its last outcomes for good. Each answer
-        is waited for until ``deadline`` (default: the table's own)."""
-        n = 0
-        for rounds in range(1, 1_000):  # each round moves the cursors on (or ends): bounded in practice
-            with self._lock:
-                if closed:
-                    cursors = (self._cursors[q], self._dead_cursors[q])
-                    fetch = _Fetch(q, (self._call(q, "fetch_results", cursors[0]),
-                                       self._call(q, "fetch_dead", cursors[1])), cursors)
-                else:
-                    fetch = self._send(q, 0.0)
-            if closed:
-                results, dead = (self._answer(q, pending, deadline) for pending in fetch.pending)
-                answer = (*results, *dead)
-            else:
-                answer = self._answer(q, fetch.pending, deadline)
-            n += self._apply(fetch, answer)
-            if (answer[0], answer[2]) == fetch.cursors:
-                logger.debug("queue %d: every outcome fetched (%d, in %d rounds)", q, n, rounds)
-                return n
-        raise AssertionError(f"queue {q}: its outcomes kept coming")
 
     def has_moves(self) -> bool:
         return bool(self._moves)
