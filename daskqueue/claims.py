@@ -8,6 +8,7 @@ of :class:`~daskqueue.results.ResultCollector`: its state (``_claim_starts``, ``
 from __future__ import annotations
 
 import bisect
+import logging
 from typing import Any
 
 from daskqueue.errors import RemoteTaskError
@@ -18,6 +19,8 @@ from daskqueue.stream_claim import StreamClaim, hand_over_parked
 MapClaimLike = Any
 
 __all__ = ["ClaimsMixin"]
+
+logger = logging.getLogger("daskqueue")
 
 _MISS = object()  # not found (a value may be None)
 
@@ -33,14 +36,28 @@ class ClaimsMixin:
     _results: dict[int, Any]
     failures: dict[int, Any]
     _arrivals: Any
+    _moved_filed: bool
+    _parked: list[Any]
 
     def claim(self, queue_index: int, first_seq: int, count: int, claim: MapClaimLike, pos0: int) -> None:
-        """Route the results of messages ``first_seq ..`` of a queue to ``claim``."""
+        """Route the results of messages ``first_seq ..`` of a queue to ``claim``; those filed
+        already go to it too when messages moved (see below)."""
         with self._lock:
             starts = self._claim_starts[queue_index]
             i = bisect.bisect(starts, first_seq)
             starts.insert(i, first_seq)
             self._claims[queue_index].insert(i, (count, claim, pos0))
+            if self._moved_filed and (self._parked or self._results or self.failures):
+                # A send holds the queues it put to until its claims are registered, not the
+                # queues its messages were moved to meanwhile (remove_queue, add_queues): a
+                # moved message's outcome, polled from its new queue, may be filed before its
+                # claim (seen: a typed map waiting for good for one put's outcomes). Nobody
+                # else knows these ids yet: they are the claim's.
+                self._unpark()  # type: ignore[attr-defined]
+                got = self._hand_over(queue_index, first_seq, count, claim, pos0)
+                if got:
+                    logger.debug("queue %d: %d outcomes of moved messages filed before their claim "
+                                 "(seqs %d..) handed to it", queue_index, got, first_seq)
 
     def claim_stream(self, claim: StreamClaim, runs: list[tuple[int, int, int, int]]) -> bool:
         """Route the outcomes of ``claim``'s id runs (see :func:`~daskqueue.stream_claim.id_runs`)
@@ -64,8 +81,10 @@ class ClaimsMixin:
         i = bisect.bisect(starts, first + count - 1) - 1
         return i >= 0 and starts[i] + self._claims[q][i][0] > first
 
-    def _hand_over(self, q: int, first: int, count: int, claim: StreamClaim, pos0: int) -> None:
-        """Outcomes of messages ``first ..`` of queue ``q`` filed before ``claim`` go to it."""
+    def _hand_over(self, q: int, first: int, count: int, claim: StreamClaim, pos0: int) -> int:
+        """Outcomes of messages ``first ..`` of queue ``q`` filed before ``claim`` go to it;
+        how many."""
+        got = 0
         ids = range(make_id(q, first), make_id(q, first + count), MAX_QUEUES)
         results, failures, miss = self._results, self.failures, _MISS  # type: ignore[attr-defined]
         if results:
@@ -75,10 +94,13 @@ class ClaimsMixin:
             else:
                 for k, v in found:
                     claim.succeed(pos0 + k, [v])
+            got += len(found)
         if failures:
             for k, i in enumerate(ids):
                 if i in failures:
                     claim.fail(pos0 + k, failures.pop(i))
+                    got += 1
+        return got
 
     def drain_stream(self, claim: StreamClaim) -> tuple[list[int], list[Any]]:
         """:meth:`StreamClaim.drain` under the lock."""

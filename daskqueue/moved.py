@@ -5,12 +5,15 @@ Pure: no Dask, no clock, no I/O. A message moved to another queue (``add_queues`
 id the user was given: its outcome is reported under that. A :class:`MovedIds` keeps, per
 queue, the sorted runs ``new first seq -> (count, old queue, old first seq)``, and forgets a
 run once every message of it has had its outcome (so the map does not grow for good; an
-outcome delivered again after that is reported under its new id).
+outcome delivered again after that is reported under its new id). It counts messages, not
+deliveries: under at-least-once delivery a message's outcome may arrive twice before another
+message of its run has had its own, and that one must still be reported under its old id.
 """
 
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 __all__ = ["MovedIds"]
 
@@ -20,8 +23,9 @@ class MovedIds:
 
     def __init__(self) -> None:
         self._starts: dict[int, list[int]] = {}
-        # Per queue, parallel to _starts: [count, old queue, old first seq, outcomes to come].
-        self._runs: dict[int, list[list[int]]] = {}
+        # Per queue, parallel to _starts: [count, old queue, old first seq, outcomes to come,
+        # which messages had theirs (a bytearray of count, 1: arrived)].
+        self._runs: dict[int, list[list[Any]]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._starts)
@@ -43,7 +47,7 @@ class MovedIds:
             if i and starts[i - 1] == new_first:
                 continue
             starts.insert(i, new_first)
-            self._runs.setdefault(q, []).insert(i, [count, old_queue, old_first, count])
+            self._runs.setdefault(q, []).insert(i, [count, old_queue, old_first, count, bytearray(count)])
 
     def pieces(self, q: int, first: int, count: int, *, settle: bool = False) -> list[tuple[int, int, int, int]]:
         """``(queue, seq, count, offset)`` of messages ``first .. first + count`` of queue
@@ -62,7 +66,9 @@ class MovedIds:
                 for piece in self.pieces(run[1], run[2] + seq - starts[i], take, settle=settle):
                     out.append(piece[:3] + (piece[3] + seq - first,))
                 if settle:
-                    run[3] -= take
+                    at, arrived = seq - starts[i], run[4]
+                    run[3] -= take - arrived.count(1, at, at + take)  # an outcome delivered again counts once
+                    arrived[at:at + take] = b"\x01" * take
             else:
                 nxt = starts[i + 1] if i + 1 < len(starts) else end
                 take = min(end, nxt) - seq
@@ -98,7 +104,7 @@ class MovedIds:
 
     def _forward(self, q: int, seq: int) -> tuple[int, int] | None:
         for nq, runs in self._runs.items():
-            for start, (count, oq, ofirst, _) in zip(self._starts[nq], runs):
+            for start, (count, oq, ofirst, *_) in zip(self._starts[nq], runs):
                 if oq == q and ofirst <= seq < ofirst + count and (nq, start) != (q, seq):
                     return nq, start + seq - ofirst
         return None

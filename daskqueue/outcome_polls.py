@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from daskqueue import defaults
-from daskqueue.errors import QueueCallTimeoutError, QueueMovedError
+from daskqueue.errors import QueueCallTimeoutError, QueueClosedError, QueueLostError, QueueMovedError
 from daskqueue.serialize import ResultRecord, decode_records
 
 __all__ = ["PollsMixin", "PRIME_MAX_MESSAGES", "PRIMED_WAIT_S"]
@@ -125,6 +125,8 @@ class PollsMixin:
         fetches = []
         with self._lock:
             for q in which:
+                if q in self.removed and queue_index is None:
+                    continue  # removed since ``which`` was read: closed, its outcomes fetched
                 try:
                     if wait_s > 0:
                         fetch = self._long.get(q)
@@ -157,6 +159,11 @@ class PollsMixin:
                         answer = self._answer(q, fetch.pending, until)
                     except QueueCallTimeoutError:
                         return 0
+                    except (QueueClosedError, QueueLostError):
+                        self._drop_long(fetch)
+                        if q in self.removed:
+                            return 0  # see below
+                        raise
                     except BaseException:
                         self._drop_long(fetch)
                         raise
@@ -167,6 +174,11 @@ class PollsMixin:
         except QueueMovedError:
             self._drop_long(fetch)
             return 0  # the next poll asks the queue where it moved to
+        except (QueueClosedError, QueueLostError):
+            self._drop_long(fetch)
+            if q in self.removed:
+                return 0  # removed under this poll: ``remove_queue`` fetched its outcomes before it closed
+            raise
         except BaseException:
             self._drop_long(fetch)
             raise

@@ -24,6 +24,7 @@ from daskqueue.dead_letter import DeadLetter, dead_letter_of
 from daskqueue.errors import RemoteTaskError, SerializationError
 from daskqueue.messages import MAX_QUEUES, decode_error, make_id, split_id
 from daskqueue.moved import MovedIds
+from daskqueue.outcome_drain import DrainMixin
 from daskqueue.outcome_polls import PRIME_MAX_MESSAGES, PRIMED_WAIT_S, PollsMixin, _Fetch
 from daskqueue.queue.producer_results import is_moved_record, moved_runs
 from daskqueue.sent_ids import SentIds
@@ -74,7 +75,7 @@ class MapClaim:
             self.failures[position] = error
 
 
-class ResultCollector(ClaimsMixin, PollsMixin):
+class ResultCollector(ClaimsMixin, PollsMixin, DrainMixin):
     """Fetches results and dead letters from every queue of a pool. Thread-safe."""
 
     def __init__(
@@ -120,6 +121,9 @@ class ResultCollector(ClaimsMixin, PollsMixin):
         # Messages moved to another queue (add_queues / remove_queue / replay_dead) keep
         # their old ids.
         self._moves = MovedIds()
+        #: Whether outcomes of moved messages may be in the dicts (see ``ClaimsMixin.claim``);
+        #: cleared when the dicts are emptied.
+        self._moved_filed = False
         # Which consumer ran what (for results(by_consumer=True)): per queue, runs
         # (first seq, count, consumer index) in arrival order, sorted when asked.
         self._ran: dict[int, list[tuple[int, int, int]]] = {}
@@ -221,6 +225,7 @@ class ResultCollector(ClaimsMixin, PollsMixin):
         ``results(clear=True)`` never reads the log, and must not leave it growing)."""
         results, failures = self.results, self.failures
         if not results and not failures:
+            self._moved_filed = False
             if len(self._arrivals):
                 self._arrivals.clear()
         else:
@@ -338,6 +343,7 @@ class ResultCollector(ClaimsMixin, PollsMixin):
     def _succeed_range(self, q: int, first: int, values: list[Any]) -> None:
         """Results of consecutive messages ``first ..`` of queue ``q`` (one put group)."""
         if self._moves.has(q):
+            self._moved_filed = True
             for oq, seq, count, offset in self._moves.pieces(q, first, len(values), settle=True):
                 self._succeed_here(oq, seq, values[offset : offset + count])
             return
@@ -371,12 +377,14 @@ class ResultCollector(ClaimsMixin, PollsMixin):
 
     def _fail(self, q: int, seq: int, error: bytes, attempts: int) -> None:
         if self._moves.has(q):
+            self._moved_filed = True
             q, seq, _, _ = self._moves.pieces(q, seq, 1, settle=True)[0]
         exc_type, message, tb = decode_error(error)
         self._record_failure(q, seq, RemoteTaskError(make_id(q, seq), exc_type, message, tb, attempts))
 
     def _fail_local(self, q: int, seq: int, cause: BaseException) -> None:
         if self._moves.has(q):
+            self._moved_filed = True
             q, seq, _, _ = self._moves.pieces(q, seq, 1, settle=True)[0]
         err = SerializationError(f"result of task {make_id(q, seq)} cannot be unpickled here: {cause}")
         err.__cause__ = cause

@@ -87,18 +87,33 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
         moved += move_from(pool, [index], nodes, everything=True)
         s = table.ask(index, "stats", deadline=_call_deadline(deadline))
         if s.pending == 0 and time.monotonic() >= grace_until and not _consumers_hold(pool, index):
-            pool.poll_outcomes(queue_index=index)  # every outcome it holds, before it goes
+            # Every outcome it holds, before it goes (drained: no more come; fetched until an
+            # answer is applied that shows none beyond the cursors, see ``fetch_all``).
+            pool.collector.fetch_all(index, _call_deadline(deadline))
             forward_records(pool, index, nodes)  # and every attached producer's, to a queue it reads
-            if table.ask(index, "close_if_drained", deadline=_call_deadline(deadline)):
-                break  # else an attached producer's put came meanwhile: move it too
+            # Marked removed before it closes: the owner's polls (other threads: a map, an
+            # executor, a join) stop asking it, and one already sent that finds it closed
+            # counts as empty (QueueClosedError would end an executor or fail a map).
+            pool.collector.removed.add(index)
+            try:
+                closed = table.ask(index, "close_if_drained", deadline=_call_deadline(deadline))
+            except BaseException:
+                pool.collector.removed.discard(index)
+                raise
+            if closed:
+                # Its last outcomes: an owner's put sent before the routing changed may have
+                # come after the last move, and run and been acked before the close.
+                try:
+                    pool.collector.fetch_all(index, _call_deadline(deadline), closed=True)
+                except Exception as e:  # the removal stands (the queue is closed): say what may be lost
+                    logger.warning("%r: queue %d closed, but its last outcomes were not read: %s: %s",
+                                   pool, index, type(e).__name__, e)
+                break
+            pool.collector.removed.discard(index)  # an attached producer's put came meanwhile: move it too
         if deadline is not None and time.monotonic() > deadline:
             raise JoinTimeoutError(timeout_s or 0.0, {"ready": s.ready, "delayed": s.delayed, "leased": s.leased})
         table.check_scheduler()
         time.sleep(defaults.MOVE_POLL_S)
-    # Closed: the owner's polls (other threads: an executor, a join) skip it from now on, not
-    # after the registry round trips below (a poll there got QueueClosedError, which an
-    # executor takes for the end of the pool).
-    pool.collector.removed.add(index)
     # Registered as removed before its actor is released: an attached handle whose call then
     # fails as if the worker died finds it removed, not lost.
     table.removed.add(index)
