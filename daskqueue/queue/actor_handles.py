@@ -198,8 +198,9 @@ def bound_to(handle: Actor, client: Any) -> Actor:
     Dask binds a handle it deserializes to its *current* client, which is not the caller's
     when a process holds two (a synchronous one and an asynchronous one): the handle's calls
     then went through the other client, and its reference to the actor's key kept the actor
-    alive after the caller released it. A handle on a worker is left as it is."""
-    if handle._worker is not None or handle._client is client or client is None:
+    alive after the caller released it. A handle on a worker, or anything but an ``Actor``
+    (a stand-in), is left as it is."""
+    if not isinstance(handle, Actor) or handle._worker is not None or handle._client is client or client is None:
         return handle
     from distributed import Future
 
