@@ -1,0 +1,110 @@
+"""Client-side defects of an interrupted send, and of a lane write interrupted mid-frame
+(the fakes stand in for queue actors only: no cluster needed)."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+from concurrent.futures import Future
+
+import pytest
+
+from daskqueue.errors import QueueClosedError
+from daskqueue.messages import Kind
+from daskqueue.queue.encode import PutOptions, encode_payloads
+from daskqueue.queue.router import Router
+from daskqueue.queue.sending import Sender
+from daskqueue.queue.table import QueueTable
+from daskqueue.results import MapClaim, ResultCollector
+
+
+class FakeQueue:
+    """A queue actor's put_batch: ``on_put(queue, future)`` answers each put."""
+
+    def __init__(self, address, on_put=None):
+        self._address = address
+        self.on_put = on_put or FakeQueue.store
+        self.seq = 0
+        self.calls = 0
+        self.tokens = {}
+
+    def put_batch(self, blob, token):
+        self.calls += 1
+        f = Future()
+        if token in self.tokens:  # the same put again: its ids, nothing stored
+            f.set_result(self.tokens[token])
+        else:
+            self.on_put(self, f, token)
+        return f
+
+    def store(self, f, token):
+        self.tokens[token] = [(self.seq, 10)]
+        f.set_result(self.tokens[token])
+        self.seq += 10
+
+
+def table_of(handles):
+    return QueueTable("transient", handles, [None] * len(handles), scheduler_lost=lambda: None,
+                      settled=lambda q: 0)
+
+
+def batches_of(n, kind=Kind.RAW):
+    return encode_payloads(list(range(n)), None, kind=kind, function=None, options=PutOptions(),
+                           size=10, limit=2**20, what="item")
+
+
+@pytest.mark.timeout(30)
+def test_an_interrupted_send_reports_a_put_rerouted_from_a_removed_queue_as_stored(monkeypatch):
+    # Queue 1 refuses its put (closed once drained by remove_queue); the put goes to queue 0
+    # under a new token, which stores it, but the caller is interrupted while waiting. The
+    # answers read after the interruption must be the live put's, not the refused one's.
+    router = Router(range(2), typed=False)
+
+    def q1_put(s, f, token):
+        router.route_to([0])  # remove_queue(1) meanwhile
+        f.set_exception(QueueClosedError("closed once drained"))
+
+    handles = [FakeQueue("tcp://w0"), FakeQueue("tcp://w1", q1_put)]
+    table = table_of(handles)
+    answer = table.answer
+    interrupted = []
+
+    def answer_or_interrupt(q, pending, deadline=None):
+        if q == 0 and handles[0].calls == 2 and not interrupted:  # waiting for the rerouted put
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        return answer(q, pending, deadline)
+
+    monkeypatch.setattr(table, "answer", answer_or_interrupt)
+    sender = Sender(table, router, ResultCollector(2, None, None))
+    with pytest.raises(KeyboardInterrupt) as info:
+        sender.send(batches_of(20), n=20)
+    stored_ids = info.value.stored_ids
+    assert handles[0].seq == 20 and handles[1].seq == 0
+    assert all(i is not None for i in stored_ids)
+    assert table.put_counts[0] == 20
+
+
+@pytest.mark.timeout(30)
+def test_a_put_sent_but_not_yet_noted_when_interrupted_is_read_after_all(monkeypatch):
+    # Ctrl-C right after a put went out (before the send noted it): its answer is still read.
+    handles = [FakeQueue("tcp://w0"), FakeQueue("tcp://w1")]
+    table = table_of(handles)
+    call = table.call
+    n = [0]
+
+    def call_then_interrupt(q, method, *args):
+        pending = call(q, method, *args)
+        n[0] += 1
+        if n[0] == 2:
+            raise KeyboardInterrupt
+        return pending
+
+    monkeypatch.setattr(table, "call", call_then_interrupt)
+    sender = Sender(table, Router(range(2), typed=False), ResultCollector(2, None, None))
+    with pytest.raises(KeyboardInterrupt) as info:
+        sender.send(batches_of(20), n=20)
+    assert [h.seq for h in handles] == [10, 10]
+    assert all(i is not None for i in info.value.stored_ids)
+    assert table.put_counts == [10, 10]
