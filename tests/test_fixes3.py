@@ -108,3 +108,36 @@ def test_a_put_sent_but_not_yet_noted_when_interrupted_is_read_after_all(monkeyp
     assert [h.seq for h in handles] == [10, 10]
     assert all(i is not None for i in info.value.stored_ids)
     assert table.put_counts == [10, 10]
+
+
+@pytest.mark.timeout(30)
+def test_a_lane_write_interrupted_mid_frame_breaks_the_connection():
+    # Ctrl-C while a large request is being written leaves part of a frame on the stream:
+    # the connection must count as broken, so no later request follows it there.
+    from daskqueue.queue.lane_connection import LaneBroken, LaneConnection
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(srv.accept()), daemon=True).start()
+    conn = LaneConnection("127.0.0.1", srv.getsockname()[1], b"x" * 32, loss_timeout_s=30)
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)  # nobody reads the other end: the write blocks
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            conn.send("put_batch", (b"\0" * (32 << 20), b"t" * 16))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    try:
+        assert conn.broken is not None
+        with pytest.raises(LaneBroken):
+            conn.send("fetch_outcomes", (0, 0, 0.0))
+    finally:
+        conn.close()
+        srv.close()
