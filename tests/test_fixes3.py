@@ -141,3 +141,43 @@ def test_a_lane_write_interrupted_mid_frame_breaks_the_connection():
     finally:
         conn.close()
         srv.close()
+
+
+@pytest.mark.timeout(60)
+def test_after_an_interruption_the_puts_answers_are_awaited_within_one_shared_deadline(monkeypatch, caplog):
+    # Ctrl-C with three queues that never answer: the answers are awaited within one
+    # deadline for them all, not a call timeout each; the put answered is still read.
+    import time
+
+    from daskqueue import defaults
+    from daskqueue.queue import sending
+
+    monkeypatch.setattr(defaults, "CALL_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(sending, "INTERRUPTED_READ_S", 0.5)
+
+    def silent(s, f, token):
+        pass  # never answers
+
+    handles = [FakeQueue("tcp://w0")] + [FakeQueue(f"tcp://w{i}", silent) for i in (1, 2, 3)]
+    table = table_of(handles)
+    answer = table.answer
+    interrupted = []
+
+    def answer_or_interrupt(q, pending, deadline=None):
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        return answer(q, pending, deadline)
+
+    monkeypatch.setattr(table, "answer", answer_or_interrupt)
+    sender = Sender(table, Router(range(4), typed=False), ResultCollector(4, None, None))
+    caplog.set_level("INFO", logger="daskqueue")
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt) as info:
+        sender.send(batches_of(40), n=40)
+    took = time.monotonic() - started
+    stored_ids = info.value.stored_ids
+    assert all(i is not None for i in stored_ids[:10]) and all(i is None for i in stored_ids[10:])
+    assert table.put_counts == [10, 0, 0, 0]
+    assert took < 2 * defaults.CALL_TIMEOUT_S  # one call timeout each would be three
+    assert "reading 4 sent puts' answers (Ctrl-C again to stop)" in caplog.text

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from typing import Any, Callable, Sequence
 
 from daskqueue import defaults
@@ -36,6 +37,11 @@ from daskqueue.serialize import encode_put
 __all__ = ["Sender", "check_keys"]
 
 logger = logging.getLogger("daskqueue")
+
+#: After an interruption, how long (seconds, overall) the answers of the puts sent are
+#: awaited: the user pressed Ctrl-C, and waits through this (answers already in are read
+#: whatever it is).
+INTERRUPTED_READ_S = 10.0
 
 
 class _Put:
@@ -224,15 +230,16 @@ class Sender:
 
     def _read(self, send: _Put, reroute: str | None, hold: Callable[[int], None] | None,
               stored: list[tuple[int, Any, Any]], errors: list[tuple[int, BaseException, int]],
-              ids: list[Any] | None, claim: MapClaim | None, keep_ids: bool) -> None:
-        """Read a put's answer: record what it stored (:meth:`_stored`, then ``stored``), or
-        its failure in ``errors``. A put never sent (interrupted before) stored nothing."""
+              ids: list[Any] | None, claim: MapClaim | None, keep_ids: bool, deadline: float | None = None) -> None:
+        """Read a put's answer (by monotonic ``deadline``, default: each wait's own): record
+        what it stored (:meth:`_stored`, then ``stored``), or its failure in ``errors``. A
+        put never sent (interrupted before) stored nothing."""
         if send.live is None:
             return
         q = send.live[0]
         groups, _, positions = send.batch
         try:
-            q, allocated = self._answer_routed(send, reroute, hold)
+            q, allocated = self._answer_routed(send, reroute, hold, deadline)
         except Exception as e:
             errors.append((q, e, sum(g.count for g in groups)))
             return
@@ -242,13 +249,21 @@ class Sender:
     def _read_rest(self, sends: list[Any], stored: list[tuple[int, Any, Any]], ids: list[Any] | None,
                    claim: MapClaim | None, keep_ids: bool) -> None:
         """After an interruption, read the answers of the puts still unread (the first one's
-        again, with its call and token: a put is never stored twice). Nothing is re-routed:
-        a put refused stored nothing. A put that fails counts as not stored; a second
-        interruption stops the reading (the puts left count as not stored either)."""
+        again, with its call and token: a put is never stored twice), all within one
+        ``INTERRUPTED_READ_S`` (plus at most one wait for a queue's move). Nothing is
+        re-routed: a put refused stored nothing. A put that fails, or whose answer is not in
+        by then, counts as not stored; a second interruption stops the reading (the puts left
+        count as not stored either). Such a put may be stored all the same, as after a timed
+        out put: its tasks run under ids unknown here, and their outcomes, claimed by no one,
+        go to the pool's results."""
+        if not sends:
+            return
+        logger.info("reading %d sent puts' answers (Ctrl-C again to stop)", len(sends))
+        deadline = time.monotonic() + INTERRUPTED_READ_S
         errors: list[tuple[int, BaseException, int]] = []
         for k, send in enumerate(sends):
             try:
-                self._read(send, None, None, stored, errors, ids, claim, keep_ids)
+                self._read(send, None, None, stored, errors, ids, claim, keep_ids, deadline)
             except Exception as e:  # the client's own bookkeeping failed again
                 errors.append((send.live[0] if send.live else -1, e, 0))
             except BaseException:
@@ -296,7 +311,8 @@ class Sender:
                 return q
         return self.router.next_target()
 
-    def _answer_routed(self, put: _Put, reroute: str | None, hold: Callable[[int], None] | None) -> tuple[int, Any]:
+    def _answer_routed(self, put: _Put, reroute: str | None, hold: Callable[[int], None] | None,
+                       deadline: float | None = None) -> tuple[int, Any]:
         """The queue that stored ``put`` and its answer (``(first seq, count)`` per group).
         With ``reroute``, a put refused by a queue taken out of routing meanwhile (closed once
         drained, or released: either way it stored nothing; see :meth:`_refused_for_removal`)
@@ -304,12 +320,14 @@ class Sender:
         groups, funcs, _ = put.batch
         q, blob, token, pending = put.live  # type: ignore[misc]
         if pending is None:  # interrupted as it went out: again, under its token
+            if deadline is not None and time.monotonic() >= deadline:
+                raise QueueCallTimeoutError(q, "put_batch", 0.0)  # not sent again: unknown
             pending = self.table.call(q, "put_batch", *self._put_args(blob, token))
             put.live = (q, blob, token, pending)
         for attempt in range(defaults.PUT_ATTEMPTS):
             try:
                 try:
-                    return q, self._put_answer(q, pending, blob, token)
+                    return q, self._put_answer(q, pending, blob, token, deadline)
                 except UnknownFunctionsError as e:  # the queue evicted them: once more, carrying them
                     for digest in e.digests:
                         self.table.sent_funcs[q].discard(digest)
@@ -317,7 +335,7 @@ class Sender:
                     put.live = (q, blob, token, None)
                     pending = self.table.call(q, "put_batch", *self._put_args(blob, token))
                     put.live = (q, blob, token, pending)
-                    return q, self._put_answer(q, pending, blob, token)
+                    return q, self._put_answer(q, pending, blob, token, deadline)
             except Exception as e:
                 if not (reroute and self._refused_for_removal(q, e)) or attempt == defaults.PUT_ATTEMPTS - 1:
                     raise
@@ -368,15 +386,18 @@ class Sender:
         error.stored_ids = ids  # type: ignore[attr-defined]
         return error
 
-    def _put_answer(self, q: int, pending: Pending, blob: bytes, token: bytes) -> Any:
+    def _put_answer(self, q: int, pending: Pending, blob: bytes, token: bytes, deadline: float | None = None) -> Any:
         """The answer to a put; if the queue moved meanwhile (its answer may be lost), the same
         put again where it moved, with the same token: a queue that stored it already answers
-        with the ids it gave and stores nothing, so the put is neither lost nor stored twice."""
+        with the ids it gave and stores nothing, so the put is neither lost nor stored twice.
+        Each wait ends by ``deadline`` if given; past it, a move is not awaited."""
         for _ in range(defaults.PUT_ATTEMPTS - 1):
             try:
-                return self.table.answer(q, pending)
+                return self.table.answer(q, pending, deadline)
             except QueueMovedError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
                 self.table.await_move(q, pending.handle)
                 logger.info("queue %d moved while a put was in flight; putting again there", q)
                 pending = self.table.call(q, "put_batch", *self._put_args(blob, token))
-        return self.table.answer(q, pending)
+        return self.table.answer(q, pending, deadline)
