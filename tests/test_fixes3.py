@@ -181,3 +181,29 @@ def test_after_an_interruption_the_puts_answers_are_awaited_within_one_shared_de
     assert table.put_counts == [10, 0, 0, 0]
     assert took < 2 * defaults.CALL_TIMEOUT_S  # one call timeout each would be three
     assert "reading 4 sent puts' answers (Ctrl-C again to stop)" in caplog.text
+
+
+@pytest.mark.timeout(30)
+def test_a_put_whose_recording_was_interrupted_is_counted_and_claimed_once(monkeypatch):
+    # Ctrl-C lands while a put's claim is registered: the put is read again after the
+    # interruption, and must be counted (and claimed) once, not twice.
+    handles = [FakeQueue("tcp://w0"), FakeQueue("tcp://w1")]
+    table = table_of(handles)
+    collector = ResultCollector(2, None, None)
+    claim = collector.claim
+    calls = []
+
+    def claim_or_interrupt(*args):
+        calls.append(args)
+        if len(calls) == 1:
+            claim(*args)  # registered, then interrupted before the put is recorded
+            raise KeyboardInterrupt
+        return claim(*args)
+
+    monkeypatch.setattr(collector, "claim", claim_or_interrupt)
+    sender = Sender(table, Router(range(2), typed=False), collector)
+    with pytest.raises(KeyboardInterrupt) as info:
+        sender.send(batches_of(20, Kind.CALL), n=20, claim=MapClaim(20))
+    assert sum(i is not None for i in info.value.stored_ids) == 20
+    assert table.put_counts == [10, 10]
+    assert [len(collector._claim_starts[q]) for q in (0, 1)] == [1, 1]

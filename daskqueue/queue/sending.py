@@ -245,6 +245,10 @@ class Sender:
             return
         self._stored(q, groups, positions, allocated, ids, claim, keep_ids)
         stored.append((q, positions, allocated))
+        # Counted last: an interruption before ``stored`` has it read again (its ids and
+        # claims are written again as they were), never counted twice.
+        self.table.put_counts[q] += sum(g.count for g in groups)
+        self.table.sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
 
     def _read_rest(self, sends: list[Any], stored: list[tuple[int, Any, Any]], ids: list[Any] | None,
                    claim: MapClaim | None, keep_ids: bool) -> None:
@@ -361,10 +365,9 @@ class Sender:
 
     def _stored(self, q: int, groups: Any, positions: Any, allocated: Any, ids: list[Any] | None,
                 claim: MapClaim | None, keep_ids: bool = False) -> None:
-        """Queue ``q`` stored a batch: count it, and record its ids (or its claim, and its
-        ids too with ``keep_ids``)."""
-        self.table.put_counts[q] += sum(g.count for g in groups)
-        self.table.sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
+        """Queue ``q`` stored a batch: record its ids (or its claim, and its ids too with
+        ``keep_ids``); done again for the same answer, it changes nothing more (the caller
+        counts the put once this is done)."""
         if claim is not None:
             for (first_seq, count), pos in zip(allocated, positions):
                 for run_seq, run_count, run_pos in consecutive_runs(first_seq, pos):
