@@ -207,3 +207,33 @@ def test_a_put_whose_recording_was_interrupted_is_counted_and_claimed_once(monke
     assert sum(i is not None for i in info.value.stored_ids) == 20
     assert table.put_counts == [10, 10]
     assert [len(collector._claim_starts[q]) for q in (0, 1)] == [1, 1]
+
+
+@pytest.mark.timeout(30)
+def test_an_interruption_as_queues_are_held_does_not_hold_them_for_good():
+    # Ctrl-C just as holding() took its holds (as its lock is let go): the holds go too,
+    # else the queues' outcomes would be kept aside forever.
+    collector = ResultCollector(2, None, None)
+    lock = collector._lock
+
+    class InterruptedOnce:
+        fired = False
+
+        def __enter__(self):
+            return lock.__enter__()
+
+        def __exit__(self, *exc):
+            lock.__exit__(*exc)
+            if not InterruptedOnce.fired:
+                InterruptedOnce.fired = True
+                raise KeyboardInterrupt
+            return False
+
+    collector._lock = InterruptedOnce()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with collector.holding([0, 1]):
+                pass
+    finally:
+        collector._lock = lock
+    assert collector._holds == {}
