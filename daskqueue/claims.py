@@ -45,6 +45,8 @@ class ClaimsMixin:
         with self._lock:
             starts = self._claim_starts[queue_index]
             i = bisect.bisect(starts, first_seq)
+            if i and starts[i - 1] == first_seq and self._claims[queue_index][i - 1][1] is claim:
+                return  # registered already (a send interrupted part-way reads its put again)
             starts.insert(i, first_seq)
             self._claims[queue_index].insert(i, (count, claim, pos0))
             if self._moved_filed and (self._parked or self._results or self.failures):

@@ -227,15 +227,16 @@ class PollsMixin:
         way out. A send with claims holds its queues until its claims are registered, so
         that no outcome of the send lands in the results first (where another caller may
         take it, and the ``map`` would wait forever). Waits for nothing but the lock."""
-        queues = set(queues)
-        with self._lock:
-            for q in queues:
-                self._holds[q] = self._holds.get(q, 0) + 1
+        held: list[int] = []  # the queues held so far: an interruption releases those only
         try:
+            with self._lock:
+                for q in set(queues):
+                    self._holds[q] = self._holds.get(q, 0) + 1
+                    held.append(q)
             yield
         finally:
             with self._lock:
-                for q in queues:
+                for q in held:
                     self._holds[q] -= 1
                     if not self._holds[q]:
                         del self._holds[q]

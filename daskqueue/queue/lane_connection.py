@@ -184,12 +184,17 @@ class LaneConnection:
 
     def _write(self, data: bytes) -> None:
         """Send ``data`` whole (under the send lock), or break the connection and raise
-        :class:`LaneBroken`."""
+        :class:`LaneBroken` (an interruption, such as a ``KeyboardInterrupt``, breaks it too,
+        then goes on: part of a frame may be on the stream, and no later request may follow
+        it there)."""
         try:
             self._send_all(data)
         except OSError as e:
             self._break(e)
             raise LaneBroken(f"lane send failed: {e}") from e
+        except BaseException as e:
+            self._break(e)
+            raise
 
     def _send_all(self, data: bytes) -> None:
         view = memoryview(data)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from typing import Any, Callable, Sequence
 
 from daskqueue import defaults
@@ -36,6 +37,25 @@ from daskqueue.serialize import encode_put
 __all__ = ["Sender", "check_keys"]
 
 logger = logging.getLogger("daskqueue")
+
+#: After an interruption, how long (seconds, overall) the answers of the puts sent are
+#: awaited: the user pressed Ctrl-C, and waits through this (answers already in are read
+#: whatever it is).
+INTERRUPTED_READ_S = 10.0
+
+
+class _Put:
+    """One put of a send, as it stands now: ``live`` is ``(queue, blob, token, call in
+    flight)``, rewritten in one assignment whenever the put is (re)sent, so that an
+    interruption at any point finds the put that may be stored (``None`` before it is first
+    sent; a call in flight of None: it may have gone out, and is sent again under its token,
+    which a queue that stored it answers with its ids, storing nothing)."""
+
+    __slots__ = ("batch", "live")
+
+    def __init__(self, batch: PutBatch) -> None:
+        self.batch = batch
+        self.live: tuple[int, bytes, bytes, Pending | None] | None = None
 
 
 def check_keys(keys: Sequence[Any], n: int, *, key: str | None, typed: str | None) -> list[str]:
@@ -162,7 +182,7 @@ class Sender:
         a second interrupt stops that), then raises the interruption with ``stored_ids`` (and
         ``into``) exact for every put whose answer it read: a failed ``map`` drops exactly
         the outcomes of what was stored, and files none in the results."""
-        sends: list[Any] = []  # (queue, batch, blob, token, call in flight) of each put sent
+        sends: list[_Put] = []  # each put sent (or being sent)
         errors: list[tuple[int, BaseException, int]] = []  # (queue, error, messages) of each put failed
         stored: list[tuple[int, Any, Any]] = []  # (queue, positions, answer) of each put stored
         keep_ids = into is not None
@@ -176,7 +196,7 @@ class Sender:
             self._put_all(batches, queues, reroute, hold, sends, errors)
             not_sent = len(errors)
             if claim is None and sends and n <= PRIME_MAX_MESSAGES:
-                self.collector.prime(q for q, *_ in sends)
+                self.collector.prime(s.live[0] for s in sends if s.live is not None)
             for send in sends:
                 self._read(send, reroute, hold, stored, errors, ids, claim, keep_ids)
         except BaseException as interruption:
@@ -194,44 +214,62 @@ class Sender:
         return ids  # type: ignore[return-value]
 
     def _put_all(self, batches: list[PutBatch], queues: list[int], reroute: str | None,
-                 hold: Callable[[int], None] | None, sends: list[Any],
+                 hold: Callable[[int], None] | None, sends: list[_Put],
                  errors: list[tuple[int, BaseException, int]]) -> None:
-        """Put every batch (:meth:`_put_routed`), noting each put in flight in ``sends`` and
-        each failure (a put not sent) in ``errors``, as it happens."""
+        """Put every batch (:meth:`_put_routed`), noting each put in ``sends`` before it goes
+        out (an interruption finds it there) and each failure (a put not sent) in
+        ``errors``, as it happens."""
         for q, batch in zip(queues, batches):
+            put = _Put(batch)
+            sends.append(put)
             try:
-                q, *put = self._put_routed(q, batch, reroute, hold)
-                sends.append((q, batch, *put))
+                self._put_routed(q, put, reroute, hold)
             except Exception as e:  # not sent: its messages are not stored
+                sends.pop()
                 errors.append((q, e, sum(g.count for g in batch[0])))
 
-    def _read(self, send: tuple[Any, ...], reroute: str | None, hold: Callable[[int], None] | None,
+    def _read(self, send: _Put, reroute: str | None, hold: Callable[[int], None] | None,
               stored: list[tuple[int, Any, Any]], errors: list[tuple[int, BaseException, int]],
-              ids: list[Any] | None, claim: MapClaim | None, keep_ids: bool) -> None:
-        """Read a put's answer: record what it stored (:meth:`_stored`, then ``stored``), or
-        its failure in ``errors``."""
-        q, batch, blob, token, pending = send
-        groups, _, positions = batch
+              ids: list[Any] | None, claim: MapClaim | None, keep_ids: bool, deadline: float | None = None) -> None:
+        """Read a put's answer (by monotonic ``deadline``, default: each wait's own): record
+        what it stored (:meth:`_stored`, then ``stored``), or its failure in ``errors``. A
+        put never sent (interrupted before) stored nothing."""
+        if send.live is None:
+            return
+        q = send.live[0]
+        groups, _, positions = send.batch
         try:
-            q, allocated = self._answer_routed(q, batch, blob, token, pending, reroute, hold)
+            q, allocated = self._answer_routed(send, reroute, hold, deadline)
         except Exception as e:
             errors.append((q, e, sum(g.count for g in groups)))
             return
         self._stored(q, groups, positions, allocated, ids, claim, keep_ids)
         stored.append((q, positions, allocated))
+        # Counted last: an interruption before ``stored`` has it read again (its ids and
+        # claims are written again as they were), never counted twice.
+        self.table.put_counts[q] += sum(g.count for g in groups)
+        self.table.sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
 
     def _read_rest(self, sends: list[Any], stored: list[tuple[int, Any, Any]], ids: list[Any] | None,
                    claim: MapClaim | None, keep_ids: bool) -> None:
         """After an interruption, read the answers of the puts still unread (the first one's
-        again, with its call and token: a put is never stored twice). Nothing is re-routed:
-        a put refused stored nothing. A put that fails counts as not stored; a second
-        interruption stops the reading (the puts left count as not stored either)."""
+        again, with its call and token: a put is never stored twice), all within one
+        ``INTERRUPTED_READ_S`` (plus at most one wait for a queue's move). Nothing is
+        re-routed: a put refused stored nothing. A put that fails, or whose answer is not in
+        by then, counts as not stored; a second interruption stops the reading (the puts left
+        count as not stored either). Such a put may be stored all the same, as after a timed
+        out put: its tasks run under ids unknown here, and their outcomes, claimed by no one,
+        go to the pool's results."""
+        if not sends:
+            return
+        logger.info("reading %d sent puts' answers (Ctrl-C again to stop)", len(sends))
+        deadline = time.monotonic() + INTERRUPTED_READ_S
         errors: list[tuple[int, BaseException, int]] = []
         for k, send in enumerate(sends):
             try:
-                self._read(send, None, None, stored, errors, ids, claim, keep_ids)
+                self._read(send, None, None, stored, errors, ids, claim, keep_ids, deadline)
             except Exception as e:  # the client's own bookkeeping failed again
-                errors.append((send[0], e, 0))
+                errors.append((send.live[0] if send.live else -1, e, 0))
             except BaseException:
                 logger.warning("interrupted again: the answers of %d puts sent are not read (their "
                                "tasks run, under ids unknown here)", len(sends) - k)
@@ -239,18 +277,19 @@ class Sender:
         for q, e, _ in errors:
             logger.warning("after an interruption, a put to queue %d failed: %s: %s", q, type(e).__name__, e)
 
-    def _put_routed(self, q: int, batch: PutBatch, reroute: str | None,
-                    hold: Callable[[int], None] | None) -> tuple[int, bytes, bytes, Pending]:
-        """Put ``batch`` to queue ``q`` or, with ``reroute``, if ``q`` is out of routing (being
-        removed), where the routing sends it now (:meth:`_rerouted`); ``(queue, blob, token,
-        call in flight)``."""
+    def _put_routed(self, q: int, put: _Put, reroute: str | None, hold: Callable[[int], None] | None) -> None:
+        """Put ``put`` to queue ``q`` or, with ``reroute``, if ``q`` is out of routing (being
+        removed), where the routing sends it now (:meth:`_rerouted`); its ``live`` tells
+        where it went."""
+        batch = put.batch
         for attempt in range(defaults.PUT_ATTEMPTS):
             if reroute and q not in self.router.targets:
                 q = self._rerouted(batch, reroute)
                 if hold is not None:
                     hold(q)
             try:
-                return (q, *self._put(q, batch))
+                self._put(q, put)
+                return
             except Exception as e:
                 if not (reroute and self._refused_for_removal(q, e)) or attempt == defaults.PUT_ATTEMPTS - 1:
                     raise
@@ -276,38 +315,49 @@ class Sender:
                 return q
         return self.router.next_target()
 
-    def _answer_routed(self, q: int, batch: PutBatch, blob: bytes, token: bytes, pending: Pending, reroute: str | None,
-                       hold: Callable[[int], None] | None) -> tuple[int, Any]:
-        """The queue that stored ``batch`` and its answer (``(first seq, count)`` per group).
+    def _answer_routed(self, put: _Put, reroute: str | None, hold: Callable[[int], None] | None,
+                       deadline: float | None = None) -> tuple[int, Any]:
+        """The queue that stored ``put`` and its answer (``(first seq, count)`` per group).
         With ``reroute``, a put refused by a queue taken out of routing meanwhile (closed once
         drained, or released: either way it stored nothing; see :meth:`_refused_for_removal`)
-        is put where the routing sends it now."""
-        groups, funcs, _ = batch
+        is put where the routing sends it now (``put.live`` follows it)."""
+        groups, funcs, _ = put.batch
+        q, blob, token, pending = put.live  # type: ignore[misc]
+        if pending is None:  # interrupted as it went out: again, under its token
+            if deadline is not None and time.monotonic() >= deadline:
+                raise QueueCallTimeoutError(q, "put_batch", 0.0)  # not sent again: unknown
+            pending = self.table.call(q, "put_batch", *self._put_args(blob, token))
+            put.live = (q, blob, token, pending)
         for attempt in range(defaults.PUT_ATTEMPTS):
             try:
                 try:
-                    return q, self._put_answer(q, pending, blob, token)
+                    return q, self._put_answer(q, pending, blob, token, deadline)
                 except UnknownFunctionsError as e:  # the queue evicted them: once more, carrying them
                     for digest in e.digests:
                         self.table.sent_funcs[q].discard(digest)
                     blob = encode_put(groups, funcs)
-                    return q, self._put_answer(q, self.table.call(q, "put_batch", *self._put_args(blob, token)),
-                                               blob, token)
+                    put.live = (q, blob, token, None)
+                    pending = self.table.call(q, "put_batch", *self._put_args(blob, token))
+                    put.live = (q, blob, token, pending)
+                    return q, self._put_answer(q, pending, blob, token, deadline)
             except Exception as e:
                 if not (reroute and self._refused_for_removal(q, e)) or attempt == defaults.PUT_ATTEMPTS - 1:
                     raise
                 logger.info("queue %d left the routing while a put to it was in flight (%s: %s); "
                             "putting it to the next queue", q, type(e).__name__, e)
-                q, blob, token, pending = self._put_routed(q, batch, reroute, hold)
+                self._put_routed(q, put, reroute, hold)
+                q, blob, token, pending = put.live  # type: ignore[misc]
         raise AssertionError("unreachable")
 
-    def _put(self, q: int, batch: PutBatch) -> tuple[bytes, bytes, Pending]:
-        groups, funcs, _ = batch
+    def _put(self, q: int, put: _Put) -> None:
+        """Send ``put`` to queue ``q`` under a new token, noted in ``put.live`` before it goes out."""
+        groups, funcs, _ = put.batch
         # A function confirmed at a queue is not sent to it again.
         sent = self.table.sent_funcs[q]
         blob = encode_put(groups, sent.unsent(funcs))
         token = os.urandom(TOKEN_SIZE)
-        return blob, token, self.table.call(q, "put_batch", *self._put_args(blob, token))
+        put.live = (q, blob, token, None)
+        put.live = (q, blob, token, self.table.call(q, "put_batch", *self._put_args(blob, token)))
 
     def _put_args(self, blob: bytes, token: bytes) -> tuple[Any, ...]:
         """A put's arguments; the owner's keep their old form."""
@@ -315,10 +365,9 @@ class Sender:
 
     def _stored(self, q: int, groups: Any, positions: Any, allocated: Any, ids: list[Any] | None,
                 claim: MapClaim | None, keep_ids: bool = False) -> None:
-        """Queue ``q`` stored a batch: count it, and record its ids (or its claim, and its
-        ids too with ``keep_ids``)."""
-        self.table.put_counts[q] += sum(g.count for g in groups)
-        self.table.sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
+        """Queue ``q`` stored a batch: record its ids (or its claim, and its ids too with
+        ``keep_ids``); done again for the same answer, it changes nothing more (the caller
+        counts the put once this is done)."""
         if claim is not None:
             for (first_seq, count), pos in zip(allocated, positions):
                 for run_seq, run_count, run_pos in consecutive_runs(first_seq, pos):
@@ -340,15 +389,18 @@ class Sender:
         error.stored_ids = ids  # type: ignore[attr-defined]
         return error
 
-    def _put_answer(self, q: int, pending: Pending, blob: bytes, token: bytes) -> Any:
+    def _put_answer(self, q: int, pending: Pending, blob: bytes, token: bytes, deadline: float | None = None) -> Any:
         """The answer to a put; if the queue moved meanwhile (its answer may be lost), the same
         put again where it moved, with the same token: a queue that stored it already answers
-        with the ids it gave and stores nothing, so the put is neither lost nor stored twice."""
+        with the ids it gave and stores nothing, so the put is neither lost nor stored twice.
+        Each wait ends by ``deadline`` if given; past it, a move is not awaited."""
         for _ in range(defaults.PUT_ATTEMPTS - 1):
             try:
-                return self.table.answer(q, pending)
+                return self.table.answer(q, pending, deadline)
             except QueueMovedError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
                 self.table.await_move(q, pending.handle)
                 logger.info("queue %d moved while a put was in flight; putting again there", q)
                 pending = self.table.call(q, "put_batch", *self._put_args(blob, token))
-        return self.table.answer(q, pending)
+        return self.table.answer(q, pending, deadline)
