@@ -22,7 +22,9 @@ def test_map_rests_short_after_an_empty_round_then_doubles_up_to_a_poll_interval
     import daskqueue.outcomes as outcomes
 
     qp = pools.queue(2)
-    cp = pools.consumer(qp, isolation="thread")
+    # One task per fetch, so outcomes arrive one by one (an adaptive batch could bring most
+    # of them in one burst on a loaded machine, and no second doubling would start).
+    cp = pools.consumer(qp, isolation="thread", batch_size=1)
     cp.start()
     qp.map(tasks.double, range(4))  # consumers warm: the map below waits on its tasks only
     sleeps: list[float] = []
