@@ -340,7 +340,7 @@ def test_closing_the_pool_ends_a_wait_on_the_lane_at_once(pools):
     cp = pools.consumer(qp, n_consumers=1, isolation="thread")
     cp.start()
     _lane_up(qp, cp)
-    task_id = qp.submit(tasks.sleep_then, 1, 60)
+    task_id = qp.submit(tasks.sleep_then, 1, 3)  # still running at the close; short, as the pools' teardown waits for it
     with concurrent.futures.ThreadPoolExecutor(1) as ex:
         waiting = ex.submit(cp.result, task_id)
         time.sleep(0.3)  # waiting on the lane (no condition to watch: the wait is the call)
