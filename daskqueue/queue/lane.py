@@ -83,8 +83,13 @@ def lane_loss_timeout() -> float:
 
 def lane_allowed(client: Any, address: str) -> bool:
     """Whether calls of ``client`` (synchronous, from its own thread) to an actor at
-    ``address`` may use a lane (see the module docstring)."""
-    if client is None or client.asynchronous or not address.startswith("tcp://"):
+    ``address`` may use a lane (see the module docstring). A client made asynchronous never
+    may: Dask's ``Client.asynchronous`` reads False on a thread without a running loop, e.g.
+    where a pool's ``*_async`` methods run their blocking twins (``asyncio.to_thread``), and
+    such a pool's handle then took a lane (the mode the client was made in decides)."""
+    if client is None or client.asynchronous or getattr(client, "_asynchronous", False):
+        return False
+    if not address.startswith("tcp://"):
         return False
     security = getattr(client, "security", None)
     if security is not None and getattr(security, "require_encryption", False):
