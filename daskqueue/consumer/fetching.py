@@ -75,11 +75,6 @@ class FetchPolicy:
         self._moves: dict[int, int] = {}  # queue index -> how many times it moved (queue_back)
         self.set_home(home)
 
-    @property
-    def idle_poll_s(self) -> float:
-        """How long a long poll of the home queue waits for work."""
-        return self._idle_poll_s
-
     def set_home(self, home: int) -> None:
         """Ask ``home`` first, then the next indices in turn: an idle consumer takes their work."""
         queues = self._calls.queues

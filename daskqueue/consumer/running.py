@@ -51,11 +51,6 @@ logger = logging.getLogger("daskqueue")
 #: How long a fetch loop waits before asking again when the walltime lets it take nothing.
 WALLTIME_WAIT_S = 0.2
 
-#: A fetch ahead after a batch that emptied its queue waits for that batch to settle (see
-#: ``RunSlots._fetch_ahead_later``). A module attribute so that ``benchmarks/latency_cpu.py
-#: --flag`` can switch it off and on.
-DEFER_FETCH_AHEAD = True
-
 
 @dataclass(frozen=True, slots=True)
 class SlotConfig:
@@ -189,7 +184,6 @@ class RunSlots:
                 slots.release()
                 await asyncio.sleep(WALLTIME_WAIT_S)
                 continue
-            asked = self._sizer.size if limit is None else max(1, min(self._sizer.size, limit))
             try:
                 batch = None if self.stop_requested else await self._fetch(reserved, limit)
             except Exception:
@@ -206,24 +200,6 @@ class RunSlots:
             task = start_eagerly(self._run_and_settle(batch, slots))
             self._finishing.add(task)
             task.add_done_callback(self._finishing.discard)
-            if self._fetch_ahead_later(reserved, batch, asked, task):
-                # The queue had less than was asked: it is most likely empty now, and the
-                # next fetch would be a long poll only. Made now, its set-up (the call, the
-                # queue's wait and its timer) would run before this batch's outcome is
-                # settled and answered, on the path of a single task; made once the batch
-                # settled, it runs after that answer. A run slot is busy meanwhile anyway,
-                # and work that comes meanwhile is announced to the other consumers (no
-                # long poll waits here) or fetched right after. At most a long poll's wait:
-                # then the loop goes on as before (its orphan and walltime checks included).
-                await asyncio.wait((task,), timeout=self._fetcher.idle_poll_s)
-
-    def _fetch_ahead_later(self, reserved: bool, batch: Batch, asked: int, task: asyncio.Future[None]) -> bool:
-        """Whether the next fetch waits for ``batch`` (just started) to settle: a general
-        batch of late acks, smaller than ``asked`` (the fetch took what was there), still
-        running, with every general run slot busy (the next fetch would only fetch ahead)."""
-        return (DEFER_FETCH_AHEAD and not reserved and not self.config.early_ack and batch.count < asked
-                and self._sizer.sizes_by_type() is None and not task.done()
-                and self._sent_ahead >= self.config.max_concurrency)
 
     async def _fetch(self, reserved: bool, limit: int | None) -> Batch | None:
         if reserved:
