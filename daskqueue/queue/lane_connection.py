@@ -269,6 +269,23 @@ class LaneConnection:
                 self._reading = False
                 self._cond.notify_all()
 
+    def may_have(self, rid: int) -> bool:
+        """Whether ``wait(rid, now)`` could find anything now (a cheap look for a caller
+        that only asks ``done()``): False only when the reply is not filed, nothing is
+        buffered or held, the socket has nothing to read, the connection serves, and no
+        reply is overdue (so that ``wait`` still detects a lost host when asked). One
+        ``select`` with no timeout (its own: the reader's poller is not shared)."""
+        if rid in self._replies or self._buf or self._held or self.broken is not None:
+            return True
+        due = self._next_due()
+        if due is not None and time.monotonic() >= due:
+            return True
+        try:
+            readable, _, _ = select.select((self._fd,), (), (), 0)
+        except (OSError, ValueError):  # closed meanwhile: the full path says so
+            return True
+        return bool(readable)
+
     def _next_due(self) -> float | None:
         """When the earliest reply not read yet is overdue (None: none awaited)."""
         with self._due_lock:
