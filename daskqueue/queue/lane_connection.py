@@ -282,7 +282,7 @@ class LaneConnection:
             return True
         try:
             readable, _, _ = select.select((self._fd,), (), (), 0)
-        except (OSError, ValueError):  # closed meanwhile: the full path says so
+        except (OSError, ValueError):  # closed meanwhile, or an fd past select's limit: the full path
             return True
         return bool(readable)
 
