@@ -139,6 +139,11 @@ class PollsMixin:
                 fetches.append(fetch)
         start = time.monotonic()
         for fetch in fetches:
+            if n and wait_s > 0 and fetch.wait_s > 0 and not fetch.done():
+                # Outcomes came from a queue waited on before: the caller looks at them now,
+                # not after this queue's long poll ends (it stays in flight, the next poll
+                # reads its answer).
+                continue
             if fetch.wait_s > 0 and fetch.sent_at + fetch.wait_s > start + wait_s:
                 # Somebody else's longer poll (a primed one): wait only as long as asked.
                 n += self._settle_fetch(fetch, deadline, until=start + wait_s)

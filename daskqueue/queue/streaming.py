@@ -373,6 +373,12 @@ class Streaming:
                 if deadline is not None and time.monotonic() > deadline:
                     raise JoinTimeoutError(timeout_s or 0.0, {"in_flight": stream.put - stream.yielded,
                                                               "yielded": stream.yielded})
+                if arrived == 0 and sends.under_way():
+                    # What the poll fetched is held by the send (see Sends.wait_under_way):
+                    # filed as it ends, which the next long poll would not notice.
+                    left = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
+                    sends.wait_under_way(left)
+                    continue
                 if arrived == 0:
                     self.check_scheduler()  # type: ignore[attr-defined]
                     if not self.has_running_consumers():  # type: ignore[attr-defined]
