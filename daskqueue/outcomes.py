@@ -15,7 +15,7 @@ import logging
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-from daskqueue import defaults
+from daskqueue import defaults, outcome_rest
 from daskqueue.compat import warn_at_user
 from daskqueue.errors import (
     QueueCallTimeoutError,
@@ -41,11 +41,10 @@ logger = logging.getLogger("daskqueue")
 JOIN_STATS_EVERY_S = 0.5
 
 #: A ``map`` that sleeps after an empty round (many outcomes to come, see
-#: :meth:`Outcomes._rest`) sleeps this long first, twice as long after each round that
-#: stays empty, up to ``POLL_INTERVAL_S``; a round that brings outcomes starts again here.
-#: A flat 50 ms made a 20,000-task durable map whose outcomes landed just after an empty
-#: round wait out the rest of it: 20-40 ms of a 50-90 ms map.
-FIRST_REST_S = 0.001
+#: :meth:`Outcomes._rest`) sleeps this long first where the outcomes' pace is unknown or the
+#: map may be ending, twice as long after each round that stays empty, up to
+#: ``POLL_INTERVAL_S`` (:mod:`daskqueue.outcome_rest`).
+FIRST_REST_S = outcome_rest.FIRST_REST_S
 
 
 def join_counts(qstats: list[Any], inflight: int) -> dict[str, int]:
@@ -154,7 +153,7 @@ class Outcomes:
 
     def _wait_claim(self, claim: MapClaim, bar: Any, deadline: float | None, timeout_s: float | None) -> None:
         shown = 0
-        rest_s = FIRST_REST_S
+        rests = outcome_rest.MapRest()
         while not claim.complete:
             arrived = self.poll(deadline=deadline)
             # Checked on every pass, not only when nothing arrived: a long map that keeps
@@ -167,10 +166,9 @@ class Outcomes:
                 self.table.check_scheduler()
                 if not self._consumers_running():
                     self._no_consumers(claim, deadline)
-                self._rest(claim.n - claim.settled, deadline, timeout_s, rest_s)
-                rest_s = min(2 * rest_s, defaults.POLL_INTERVAL_S)
+                self._rest(claim.n - claim.settled, deadline, timeout_s, rests.next())
             else:
-                rest_s = FIRST_REST_S
+                rests.arrived(time.monotonic(), arrived, claim.n - claim.settled)
             if bar is not None and claim.settled > shown:
                 bar.update(claim.settled - shown)
                 bar.set_postfix(failed=len(claim.failures), refresh=False)
@@ -278,7 +276,7 @@ class Outcomes:
         sleeping ``sleep_s`` (default: a poll interval): the next round then fetches what
         arrived meanwhile in one go, instead of one round per consumer's settlement (the
         client's CPU per task is what bounds a big ``map``; ``map`` passes a sleep that
-        grows while rounds stay empty, see ``FIRST_REST_S``)."""
+        follows the outcomes' pace, see :mod:`daskqueue.outcome_rest`)."""
         if pending is not None and pending <= PRIME_MAX_MESSAGES:
             self._await_outcomes(deadline, timeout_s)
         else:
