@@ -106,3 +106,24 @@ def test_an_imap_wait_waits_for_the_send_that_holds_its_outcomes_instead_of_poll
         assert pool.polls == [True], "polled again while the send holding the outcomes was under way"
     finally:
         sends.stop()
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+@pytest.mark.timeout(10)
+def test_a_stream_refills_its_window_as_each_chunk_ends_not_after_every_arrived_chunk_is_yielded(ordered):
+    sent = []
+
+    def send(items, offset):
+        sent.append(offset)
+        return StreamClaim(len(items))
+
+    s = _Stream(iter(range(100)), 8, 2, None, "raise", ordered, send, lambda c: None)
+    s.fill()
+    assert sent == [0, 2, 4, 6]
+    for c in s.chunks:  # every outcome of the window arrived
+        c.succeed(0, [1] * c.n)
+    # One chunk's outcomes, then the caller fills the window (the next chunk is put) before
+    # it asks for the next: yielding all four first let the queues run dry meanwhile.
+    assert len(list(s.ready())) == 1
+    s.fill()
+    assert sent == [0, 2, 4, 6, 8]
