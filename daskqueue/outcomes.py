@@ -372,6 +372,7 @@ class Outcomes:
         collector = self.collector
         cursor = None
         batch: Batch = iter(())  # the batch being read: its rest is given back on close
+        rests = outcome_rest.MapRest()  # a flat poll interval after each empty round stalled it
         try:
             while wanted is None or wanted:
                 self._poll_until(deadline, timeout_s)
@@ -379,6 +380,7 @@ class Outcomes:
                 if got:
                     if wanted is not None:
                         wanted.difference_update(got)
+                        rests.arrived(time.monotonic(), len(got), len(wanted))
                     yield (batch := zip(got, values))
                     continue
                 if self.settled_all(inflight, deadline, timeout_s):
@@ -394,6 +396,6 @@ class Outcomes:
                                 "taken already (by as_completed or results(clear=True)), or not of this pool")
                     return
                 self.table.check_scheduler()
-                self._rest(None if wanted is None else len(wanted), deadline, timeout_s)
+                self._rest(None if wanted is None else len(wanted), deadline, timeout_s, rests.next())
         finally:
             collector.give_back(batch)  # empty unless the reader stopped in its middle

@@ -90,3 +90,29 @@ def test_the_rest_plan_short_where_the_map_may_end_by_the_pace_elsewhere():
     assert [rest.next() for _ in range(2)] == pytest.approx([FIRST_REST_S, 2 * FIRST_REST_S])
     rest.arrived(2.0, 1, 5)  # a long pause: capped at a poll interval
     assert rest.next() <= defaults.POLL_INTERVAL_S
+
+
+@pytest.mark.timeout(90)
+def test_as_completed_of_ids_it_cannot_claim_rests_by_the_pace_not_a_flat_poll_interval(pools, monkeypatch):
+    """``as_completed`` of ids given with a repeat (not claimed by runs: taken from the
+    results as they are filed) slept a flat poll interval after each empty round."""
+    import daskqueue.outcomes as outcomes
+
+    qp = pools.queue(2)
+    cp = pools.consumer(qp, isolation="thread", batch_size=1)
+    cp.start()
+    qp.map(tasks.double, range(4))
+    ids = qp.batch_submit([(functools.partial(tasks.sleep_then, seconds=0.1), i) for i in range(40)])
+    sleeps: list[float] = []
+    main = threading.current_thread()
+
+    def sleep(seconds: float) -> None:
+        if threading.current_thread() is main:
+            sleeps.append(seconds)
+        time.sleep(seconds)
+
+    monkeypatch.setattr(outcomes, "time", types.SimpleNamespace(sleep=sleep, monotonic=time.monotonic))
+    got = dict(cp.as_completed(ids + ids[:1], timeout=60))
+    assert sorted(got.values()) == list(range(40))
+    assert sleeps and min(sleeps) < defaults.POLL_INTERVAL_S, sleeps
+    assert max(sleeps) <= defaults.POLL_INTERVAL_S
