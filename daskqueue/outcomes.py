@@ -82,10 +82,11 @@ class Outcomes:
         #: (outcomes, dead letters) of this producer received when the last ``join`` ended.
         self._joined_counts = (0, 0)
 
-    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None) -> int:
+    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None,
+             first: bool = False) -> int:
         """Fetch the outcomes the queues hold (see ``QueuePool.poll_outcomes``), within a
-        wait until ``deadline``."""
-        return self.collector.poll(wait_s=wait_s, queue_index=queue_index, deadline=_graced(deadline))
+        wait until ``deadline`` (``first``: see ``ResultCollector.poll``)."""
+        return self.collector.poll(wait_s=wait_s, queue_index=queue_index, deadline=_graced(deadline), first=first)
 
     def stats(self, deadline: float | None = None) -> list[Any]:
         """Every queue's stats, asked at once, answered by ``deadline`` (monotonic)."""
@@ -251,12 +252,12 @@ class Outcomes:
         asked[:] = [now]
         return True
 
-    def _await_outcomes(self, deadline: float | None, timeout_s: float | None) -> None:
+    def _await_outcomes(self, deadline: float | None, timeout_s: float | None, first: bool = False) -> None:
         """Wait up to a poll interval for outcomes: a long poll of every queue, which ends
         as soon as they arrive (they are filed then). A sleep instead cost a stream of
         100,000-task chunks half a poll interval at the end of each chunk."""
         try:
-            self.poll(wait_s=defaults.POLL_INTERVAL_S, deadline=deadline)
+            self.poll(wait_s=defaults.POLL_INTERVAL_S, deadline=deadline, first=first)
         except QueueCallTimeoutError as e:
             if deadline is None:
                 raise
@@ -361,7 +362,7 @@ class Outcomes:
                             "taken already (by as_completed or results(clear=True)), or not of this pool")
                     return
                 self.table.check_scheduler()
-                self._await_outcomes(deadline, timeout_s)
+                self._await_outcomes(deadline, timeout_s, first=True)  # yielded as they come
         finally:
             collector.release_stream(claim)
             collector.give_back(batch)  # empty unless the reader stopped in its middle

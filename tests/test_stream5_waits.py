@@ -37,7 +37,7 @@ def answered(cursor, q, first, values):
 
 
 @pytest.mark.timeout(10)
-def test_a_long_poll_of_every_queue_returns_with_the_outcomes_of_the_first_without_waiting_for_the_next():
+def test_a_streams_long_poll_of_every_queue_returns_with_the_first_queues_outcomes_not_after_the_next():
     sent: dict[int, list[Answer]] = {0: [], 1: []}
 
     def call(q, method, *args):
@@ -52,12 +52,12 @@ def test_a_long_poll_of_every_queue_returns_with_the_outcomes_of_the_first_witho
         return pending.value
 
     c = ResultCollector(2, call, answer)
-    assert c.poll(wait_s=0.05) == 2
+    assert c.poll(wait_s=0.05, first=True) == 2
     assert c.results == {make_id(0, 0): "a", make_id(0, 1): "b"}
     # Queue 1's long poll stays in flight: the next poll reads its answer, sends no other.
     assert c._long[1].pending is sent[1][0]
     sent[1][0].value = answered(1, 1, 0, ["c"])
-    assert c.poll(wait_s=0.05) == 1 and len(sent[1]) == 1
+    assert c.poll(wait_s=0.05, first=True) == 1 and len(sent[1]) == 1
     assert c.results[make_id(1, 0)] == "c"
 
 
@@ -71,7 +71,7 @@ class ScriptedPool:
         self.polls: list[bool] = []
         self.outcomes = self
 
-    def poll(self, *, wait_s=0.0, deadline=None, queue_index=None):
+    def poll(self, *, wait_s=0.0, deadline=None, queue_index=None, first=False):
         self.polls.append(self.sends.under_way())
         self.first_poll_done.set()
         return 0  # what it fetched is held by the send under way (or nothing came)

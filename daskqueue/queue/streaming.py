@@ -375,7 +375,7 @@ class Streaming:
                 # until that send ends (Sends.wait_under_way): fetched without a wait, then
                 # the send is waited for; a long poll would wait past the moment it is filed.
                 sending = sends.under_way()
-                arrived = self.outcomes.poll(wait_s=0.0 if sending else _WAIT_SLICE_S, deadline=deadline)
+                arrived = self.outcomes.poll(wait_s=0.0 if sending else _WAIT_SLICE_S, deadline=deadline, first=True)
                 if stream.has_ready():
                     return
                 if deadline is not None and time.monotonic() > deadline:
