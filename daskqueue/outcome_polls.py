@@ -105,14 +105,18 @@ class PollsMixin:
         args = cursors + (wait_s,) + ((self.producer,) if self.producer else ())
         return _Fetch(q, self._call(q, "fetch_outcomes", *args), cursors, wait_s, time.monotonic())
 
-    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None) -> int:
+    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None,
+             first: bool = False) -> int:
         """Fetch what the queues have (one call per queue); return how many outcomes arrived.
 
         With ``queue_index``, ask only that queue; with ``wait_s``, a queue with nothing new
         holds the call up to ``wait_s`` until an outcome arrives (a long poll; one already in
         flight to that queue is waited on instead of sending another). Each answer is waited
         for until ``deadline`` (monotonic; default: the table's own). The lock is never held
-        while waiting: sends and other polls go on meanwhile.
+        while waiting: sends and other polls go on meanwhile. With ``first`` (and ``wait_s``),
+        return as soon as a queue's answer brought outcomes: the long polls of the queues not
+        answered yet stay in flight (the next poll reads them), so a stream's caller uses
+        what came instead of waiting on the next queue's poll meanwhile.
         """
         with self._lock:
             which = [q for q in range(self._n) if q not in self.removed] if queue_index is None else [queue_index]
@@ -139,6 +143,8 @@ class PollsMixin:
                 fetches.append(fetch)
         start = time.monotonic()
         for fetch in fetches:
+            if first and n and wait_s > 0 and fetch.wait_s > 0 and not fetch.done():
+                continue  # stays in flight (see ``first``)
             if fetch.wait_s > 0 and fetch.sent_at + fetch.wait_s > start + wait_s:
                 # Somebody else's longer poll (a primed one): wait only as long as asked.
                 n += self._settle_fetch(fetch, deadline, until=start + wait_s)

@@ -15,7 +15,7 @@ import logging
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-from daskqueue import defaults
+from daskqueue import defaults, outcome_rest
 from daskqueue.compat import warn_at_user
 from daskqueue.errors import (
     QueueCallTimeoutError,
@@ -41,11 +41,10 @@ logger = logging.getLogger("daskqueue")
 JOIN_STATS_EVERY_S = 0.5
 
 #: A ``map`` that sleeps after an empty round (many outcomes to come, see
-#: :meth:`Outcomes._rest`) sleeps this long first, twice as long after each round that
-#: stays empty, up to ``POLL_INTERVAL_S``; a round that brings outcomes starts again here.
-#: A flat 50 ms made a 20,000-task durable map whose outcomes landed just after an empty
-#: round wait out the rest of it: 20-40 ms of a 50-90 ms map.
-FIRST_REST_S = 0.001
+#: :meth:`Outcomes._rest`) sleeps this long first where the outcomes' pace is unknown or the
+#: map may be ending, twice as long after each round that stays empty, up to
+#: ``POLL_INTERVAL_S`` (:mod:`daskqueue.outcome_rest`).
+FIRST_REST_S = outcome_rest.FIRST_REST_S
 
 
 def join_counts(qstats: list[Any], inflight: int) -> dict[str, int]:
@@ -83,10 +82,11 @@ class Outcomes:
         #: (outcomes, dead letters) of this producer received when the last ``join`` ended.
         self._joined_counts = (0, 0)
 
-    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None) -> int:
+    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None,
+             first: bool = False) -> int:
         """Fetch the outcomes the queues hold (see ``QueuePool.poll_outcomes``), within a
-        wait until ``deadline``."""
-        return self.collector.poll(wait_s=wait_s, queue_index=queue_index, deadline=_graced(deadline))
+        wait until ``deadline`` (``first``: see ``ResultCollector.poll``)."""
+        return self.collector.poll(wait_s=wait_s, queue_index=queue_index, deadline=_graced(deadline), first=first)
 
     def stats(self, deadline: float | None = None) -> list[Any]:
         """Every queue's stats, asked at once, answered by ``deadline`` (monotonic)."""
@@ -154,7 +154,7 @@ class Outcomes:
 
     def _wait_claim(self, claim: MapClaim, bar: Any, deadline: float | None, timeout_s: float | None) -> None:
         shown = 0
-        rest_s = FIRST_REST_S
+        rests = outcome_rest.MapRest()
         while not claim.complete:
             arrived = self.poll(deadline=deadline)
             # Checked on every pass, not only when nothing arrived: a long map that keeps
@@ -167,10 +167,9 @@ class Outcomes:
                 self.table.check_scheduler()
                 if not self._consumers_running():
                     self._no_consumers(claim, deadline)
-                self._rest(claim.n - claim.settled, deadline, timeout_s, rest_s)
-                rest_s = min(2 * rest_s, defaults.POLL_INTERVAL_S)
+                self._rest(claim.n - claim.settled, deadline, timeout_s, rests.next())
             else:
-                rest_s = FIRST_REST_S
+                rests.arrived(time.monotonic(), arrived, claim.n - claim.settled)
             if bar is not None and claim.settled > shown:
                 bar.update(claim.settled - shown)
                 bar.set_postfix(failed=len(claim.failures), refresh=False)
@@ -253,12 +252,12 @@ class Outcomes:
         asked[:] = [now]
         return True
 
-    def _await_outcomes(self, deadline: float | None, timeout_s: float | None) -> None:
+    def _await_outcomes(self, deadline: float | None, timeout_s: float | None, first: bool = False) -> None:
         """Wait up to a poll interval for outcomes: a long poll of every queue, which ends
         as soon as they arrive (they are filed then). A sleep instead cost a stream of
         100,000-task chunks half a poll interval at the end of each chunk."""
         try:
-            self.poll(wait_s=defaults.POLL_INTERVAL_S, deadline=deadline)
+            self.poll(wait_s=defaults.POLL_INTERVAL_S, deadline=deadline, first=first)
         except QueueCallTimeoutError as e:
             if deadline is None:
                 raise
@@ -278,7 +277,7 @@ class Outcomes:
         sleeping ``sleep_s`` (default: a poll interval): the next round then fetches what
         arrived meanwhile in one go, instead of one round per consumer's settlement (the
         client's CPU per task is what bounds a big ``map``; ``map`` passes a sleep that
-        grows while rounds stay empty, see ``FIRST_REST_S``)."""
+        follows the outcomes' pace, see :mod:`daskqueue.outcome_rest`)."""
         if pending is not None and pending <= PRIME_MAX_MESSAGES:
             self._await_outcomes(deadline, timeout_s)
         else:
@@ -363,7 +362,7 @@ class Outcomes:
                             "taken already (by as_completed or results(clear=True)), or not of this pool")
                     return
                 self.table.check_scheduler()
-                self._await_outcomes(deadline, timeout_s)
+                self._await_outcomes(deadline, timeout_s, first=True)  # yielded as they come
         finally:
             collector.release_stream(claim)
             collector.give_back(batch)  # empty unless the reader stopped in its middle
@@ -374,6 +373,7 @@ class Outcomes:
         collector = self.collector
         cursor = None
         batch: Batch = iter(())  # the batch being read: its rest is given back on close
+        rests = outcome_rest.MapRest()  # a flat poll interval after each empty round stalled it
         try:
             while wanted is None or wanted:
                 self._poll_until(deadline, timeout_s)
@@ -381,6 +381,7 @@ class Outcomes:
                 if got:
                     if wanted is not None:
                         wanted.difference_update(got)
+                        rests.arrived(time.monotonic(), len(got), len(wanted))
                     yield (batch := zip(got, values))
                     continue
                 if self.settled_all(inflight, deadline, timeout_s):
@@ -396,6 +397,6 @@ class Outcomes:
                                 "taken already (by as_completed or results(clear=True)), or not of this pool")
                     return
                 self.table.check_scheduler()
-                self._rest(None if wanted is None else len(wanted), deadline, timeout_s)
+                self._rest(None if wanted is None else len(wanted), deadline, timeout_s, rests.next())
         finally:
             collector.give_back(batch)  # empty unless the reader stopped in its middle

@@ -52,13 +52,15 @@ class HandleCollector(ResultCollector):
 
     follow: Callable[[], bool] | None = None
 
-    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None) -> int:
+    def poll(self, *, wait_s: float = 0.0, queue_index: int | None = None, deadline: float | None = None,
+             first: bool = False) -> int:
         n = 0
         if self.follow is not None and self.follow() and queue_index is not None:
             n += self._poll_open(wait_s=0.0, queue_index=None, deadline=deadline)
-        return n + self._poll_open(wait_s=wait_s, queue_index=queue_index, deadline=deadline)
+        return n + self._poll_open(wait_s=wait_s, queue_index=queue_index, deadline=deadline, first=first)
 
-    def _poll_open(self, *, wait_s: float, queue_index: int | None, deadline: float | None) -> int:
+    def _poll_open(self, *, wait_s: float, queue_index: int | None, deadline: float | None,
+                   first: bool = False) -> int:
         """``ResultCollector.poll``, without the queues found removed on the way (the table
         marks them; a closed pool still raises :class:`PoolClosedError`)."""
         while True:
@@ -66,7 +68,7 @@ class HandleCollector(ResultCollector):
                 queue_index = None  # its records went to another queue: read them all
             before = len(self.removed)
             try:
-                return super().poll(wait_s=wait_s, queue_index=queue_index, deadline=deadline)
+                return super().poll(wait_s=wait_s, queue_index=queue_index, deadline=deadline, first=first)
             except PoolClosedError:
                 raise
             except QueueClosedError:

@@ -8,6 +8,7 @@ position in the caller's input (:func:`raise_in_input`)."""
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import itertools
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,6 +39,21 @@ class Sends:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="daskqueue-stream-put")
         self._futures.append((claim, self._pool.submit(put)))
+
+    def under_way(self) -> bool:
+        """Whether a chunk's puts are being made (or wait their turn)."""
+        return any(not future.done() for _, future in self._futures)
+
+    def wait_under_way(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the chunk being put to be sent and its claims
+        registered. Its send *holds* the queues it puts to: outcomes fetched meanwhile are
+        kept aside, and filed (by the send's thread) only as it ends, so a poll made then
+        returns nothing, and a long poll after it waits for outcomes newer still while
+        those are filed (measured: three quarters of an ``imap``'s outcomes are filed so)."""
+        for _, future in self._futures:
+            if not future.done():
+                concurrent.futures.wait([future], timeout=max(0.0, timeout_s))
+                return
 
     def check(self) -> None:
         """Raise the error of the first put that failed, if any (puts that ended are forgotten)."""

@@ -169,17 +169,20 @@ class _Stream:
         """``(chunk, start, end)``: ranges of positions whose outcomes may be yielded now, in
         yield order, counted as yielded (the caller yields each whole range before it asks for
         the next: nothing is put meanwhile, fill() runs between ranges only, so the window
-        holds). In arrival order a range's values are forgotten once the caller asks for the
+        holds); at most one chunk's, so that the window is filled again as each chunk ends. In arrival order a range's values are forgotten once the caller asks for the
         next, so a chunk waiting on a slow task holds only what was not yet yielded."""
         if self.ordered:
-            while self.chunks:
-                head = self.chunks[0]
-                if head.prefix > head.yielded:
-                    start, end = head.yielded, head.prefix
-                    self._count(head, start, end)
-                    yield head, start, end
-                if head.yielded < head.n:
-                    return
+            if not self.chunks:
+                return
+            head = self.chunks[0]
+            if head.prefix > head.yielded:
+                start, end = head.yielded, head.prefix
+                self._count(head, start, end)
+                yield head, start, end
+            if head.yielded == head.n:
+                # The window has a chunk's room now: the caller fills it before the next
+                # chunk's outcomes are yielded (a run of arrived chunks was yielded whole, a
+                # few hundred thousand items, while the queues ran dry).
                 self.release(self.chunks.pop(0))
             return
         for c in list(self.chunks):
@@ -191,6 +194,7 @@ class _Stream:
             if c.yielded == c.n:
                 self.chunks.remove(c)
                 self.release(c)
+                return  # room in the window: filled before the next chunk's outcomes
 
     def _count(self, chunk: StreamClaim, start: int, end: int) -> None:
         chunk.yielded += end - start
@@ -367,12 +371,20 @@ class Streaming:
         try:
             while not stream.has_ready():
                 sends.check()
-                arrived = self.outcomes.poll(wait_s=_WAIT_SLICE_S, deadline=deadline)
+                # While a chunk is being put, what a poll fetches from its queues is held
+                # until that send ends (Sends.wait_under_way): fetched without a wait, then
+                # the send is waited for; a long poll would wait past the moment it is filed.
+                sending = sends.under_way()
+                arrived = self.outcomes.poll(wait_s=0.0 if sending else _WAIT_SLICE_S, deadline=deadline, first=True)
                 if stream.has_ready():
                     return
                 if deadline is not None and time.monotonic() > deadline:
                     raise JoinTimeoutError(timeout_s or 0.0, {"in_flight": stream.put - stream.yielded,
                                                               "yielded": stream.yielded})
+                if sending:
+                    left = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
+                    sends.wait_under_way(left)
+                    continue
                 if arrived == 0:
                     self.check_scheduler()  # type: ignore[attr-defined]
                     if not self.has_running_consumers():  # type: ignore[attr-defined]
