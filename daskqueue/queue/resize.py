@@ -66,7 +66,8 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
     ``FOLLOW_S`` to stop putting there before it closes; a put that still comes
     is moved too (the queue closes only while it holds nothing, see ``close_if_drained``).
     Their records not fetched go to another queue before it closes (``forward_records``),
-    where they read them: their outcomes and where their messages moved."""
+    where they read them: their outcomes and where their messages moved (the queue closes
+    only once none is left to hand on)."""
     table = pool.table
     check_number("index", index, integer=True, at_least=0)
     if index >= len(table.handles) or index in table.removed:
@@ -109,7 +110,9 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
                     logger.warning("%r: queue %d closed, but its last outcomes were not read: %s: %s",
                                    pool, index, type(e).__name__, e)
                 break
-            pool.collector.removed.discard(index)  # an attached producer's put came meanwhile: move it too
+            # An attached producer's put came meanwhile (move it too), or the record of one that
+            # ran since its records were handed on (hand it on too).
+            pool.collector.removed.discard(index)
         if deadline is not None and time.monotonic() > deadline:
             raise JoinTimeoutError(timeout_s or 0.0, {"ready": s.ready, "delayed": s.delayed, "leased": s.leased})
         table.check_scheduler()
