@@ -221,27 +221,57 @@ def move_from(pool: Any, sources: list[int], nodes: list[int], *, everything: bo
     their queues (all of them with ``everything``); record the moves so that their outcomes
     come back under their old ids; return how many moved. A destination that did not
     answer is asked again (the move is idempotent); still failing, raises
-    :class:`QueueLostError` for that source."""
+    :class:`QueueLostError` for that source.
+
+    A call to one source that fails (not sent, or no answer) raises its error, but only once
+    every call already sent is answered and its moves recorded (within one
+    ``CALL_TIMEOUT_S`` for them all): a source that moved messages while another failed has
+    them accounted for, or a map waiting on them would wait for good."""
     table, typed = pool.table, pool.router.typed
     total = 0
     for _ in range(defaults.PUT_ATTEMPTS):
         retry = []
+        error: Exception | None = None
         # The destinations' outcomes are held until the moves are recorded: a moved message
         # may run there, and its outcome be polled under its new id, before move_out's
         # answer is read; filed then, it would reach no claim (a map would wait for good).
         with pool.collector.holding(nodes):
-            calls = [(q, table.call(q, "move_out", nodes, typed, everything)) for q in sources]
+            calls = []
+            for q in sources:
+                try:
+                    calls.append((q, table.call(q, "move_out", nodes, typed, everything)))
+                except Exception as e:  # not sent: nothing moved from q; no other is asked
+                    error = e
+                    break
+            deadline = time.monotonic() + defaults.CALL_TIMEOUT_S
             for q, pending in calls:
-                runs, failed = table.answer_or_ask_again(q, pending)
-                pool.collector.moved(runs, q)
-                for _, count, dest, _ in runs:
-                    table.put_counts[q] -= count
-                    table.put_counts[dest] += count
-                    total += count
+                try:
+                    runs, failed = table.answer_or_ask_again(q, pending, deadline)
+                except Exception as e:  # what it moved, if anything, is unknown here
+                    logger.warning("%r: queue %d did not answer moving its messages: %s: %s",
+                                   pool, q, type(e).__name__, e)
+                    error = error or e
+                    continue
+                total += _record_moves(pool, q, runs)
                 if failed:
                     logger.warning("queue %d: moving messages failed (%s); trying again", q, "; ".join(failed))
                     retry.append(q)
+        if error is not None:
+            raise error
         if not retry:
             return total
         sources = retry
     raise QueueLostError(sources[0], table.handles[sources[0]]._address, pool.durability)
+
+
+def _record_moves(pool: Any, q: int, runs: list[tuple[int, int, int, int]]) -> int:
+    """Record the moves ``runs`` of queue ``q`` (``(old first seq, count, new queue, new
+    first seq)``): outcomes come back under their old ids, counts follow; how many moved."""
+    table = pool.table
+    pool.collector.moved(runs, q)
+    moved = 0
+    for _, count, dest, _ in runs:
+        table.put_counts[q] -= count
+        table.put_counts[dest] += count
+        moved += count
+    return moved
