@@ -5,6 +5,8 @@ and every answer is collected, even after one failed: messages a queue stored ru
 not the client hears of it, so their ids are never abandoned. A submission that failed
 part-way raises the first error with ``stored_ids`` (by input position, None where not stored)
 and, for a lost transient queue, ``lost_messages`` counting the failed puts' messages too.
+An interrupted send (Ctrl-C) reads the answers of the puts it sent before it raises; that
+reading, and where a Ctrl-C may land meanwhile, are :mod:`daskqueue.queue.interrupted`'s.
 """
 
 from __future__ import annotations
