@@ -133,3 +133,31 @@ def test_a_second_ctrl_c_outside_the_wait_for_an_answer_still_raises_with_the_st
     assert sum(s.total_put for s in qp.stats()) == 40
     # The puts not read: their tasks' outcomes, claimed by no one, are filed; the listed ones dropped.
     assert len(results) == 40 - expected and not set(results) & listed_ids
+
+
+@pytest.mark.timeout(120)
+def test_a_ctrl_c_as_a_whole_send_lets_go_of_its_holds_raises_with_every_id_stored(pools, monkeypatch):
+    # Every put of the map is answered and recorded; Ctrl-C lands as the send lets go of the
+    # queues it held (filing what came meanwhile). Nothing is read again: the interrupt is
+    # raised with every position stored (without the fix: with none, and the map counted
+    # every position as not stored, its outcomes then filed in results()).
+    import contextlib
+
+    qp = started(pools)
+    fire, fired = on_main_thread_once()
+    real = qp.collector.holding
+
+    @contextlib.contextmanager
+    def holding(queues):
+        with real(queues):
+            yield
+            fire()
+
+    monkeypatch.setattr(qp.collector, "holding", holding)
+    with pytest.raises(KeyboardInterrupt) as info:
+        qp.map(tasks.double, range(40))
+    assert fired
+    stored_ids = getattr(info.value, "stored_ids", None)
+    assert stored_ids is not None and sum(i is not None for i in stored_ids) == 40
+    assert sum(qp.sender.table.put_counts) == 40
+    assert settled_results(qp) == {}

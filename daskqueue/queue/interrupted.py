@@ -44,12 +44,14 @@ class InterruptGuard:
     handed on by :meth:`resume`. Setting ``deferring`` is one attribute store, which no
     signal can split."""
 
-    __slots__ = ("deferring", "pending", "_previous")
+    __slots__ = ("deferring", "pending", "late", "_previous")
 
     def __init__(self) -> None:
         self.deferring = False
         #: A SIGINT that arrived while deferring, ``(signum, frame)``, not handed on yet.
         self.pending: tuple[int, Any] | None = None
+        #: One still pending when the guarded work ended without an error (see ``__exit__``).
+        self.late: tuple[int, Any] | None = None
         self._previous: Callable[[int, Any], Any] | None = None
 
     def __enter__(self) -> "InterruptGuard":
@@ -66,10 +68,20 @@ class InterruptGuard:
             return
         _signal.signal(_signal.SIGINT, previous)
         pending, self.pending = self.pending, None
-        if pending is not None and exc_type is None:  # not handed on yet: now
-            previous(*pending)
+        if pending is not None and exc_type is None:
+            # Not handed on here: its KeyboardInterrupt would leave the ``with`` with nothing
+            # of the work's outcome on it. The owner hands it on (deliver_late) and adds that.
+            self.late = pending
         # With an interruption on its way out, a Ctrl-C pending has done its part: it
         # stopped the reading of the puts' answers (see read_rest).
+
+    def deliver_late(self) -> None:
+        """Hand a SIGINT noted ``late`` on to the handler restored (its ``KeyboardInterrupt``
+        is raised here, after the guarded work ended whole)."""
+        late, self.late = self.late, None
+        handler = _signal.getsignal(_signal.SIGINT)
+        if late is not None and callable(handler):
+            handler(*late)
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.deferring:

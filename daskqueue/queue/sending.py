@@ -148,20 +148,34 @@ class Sender:
         reroute = None if queues is not None else ("next" if queue is None else "route")
         if queues is None:
             queues = self.router.assign(len(batches), queue)
-        if claim is None:
-            return self._send_all(batches, n=n, queues=queues, into=into, reroute=reroute)
-        with contextlib.ExitStack() as holds:
-            held = set(queues)
-            holds.enter_context(self.collector.holding(held))
+        stored: list[tuple[int, Any, Any]] = []  # (queue, positions, answer) of each put stored
+        with InterruptGuard() as guard:
+            if claim is None:
+                ids = self._send_all(batches, n=n, queues=queues, into=into, reroute=reroute, guard=guard,
+                                     stored=stored)
+            else:
+                with contextlib.ExitStack() as holds:
+                    held = set(queues)
+                    holds.enter_context(self.collector.holding(held))
 
-            def hold(q: int) -> None:  # a put rerouted to a queue not held yet: held before it is sent
-                if q not in held:
-                    held.add(q)
-                    holds.enter_context(self.collector.holding([q]))
+                    def hold(q: int) -> None:  # a put rerouted to a queue not held yet: held before it is sent
+                        if q not in held:
+                            held.add(q)
+                            holds.enter_context(self.collector.holding([q]))
 
-            return self._send_all(batches, n=n, claim=claim, queues=queues, into=into, reroute=reroute, hold=hold)
+                    ids = self._send_all(batches, n=n, claim=claim, queues=queues, into=into, reroute=reroute,
+                                         hold=hold, guard=guard, stored=stored)
+                # (the holds are let go with interrupts deferred: _send_all returns so)
+        if guard.late is not None:  # a Ctrl-C as the send ended: raised now, with what it stored
+            try:
+                guard.deliver_late()
+            except BaseException as interruption:
+                interruption.stored_ids = _listed(ids, stored, n)  # type: ignore[attr-defined]
+                raise
+        return ids
 
-    def _send_all(self, batches: list[PutBatch], *, queues: list[int], n: int = 0, claim: MapClaim | None = None,
+    def _send_all(self, batches: list[PutBatch], *, queues: list[int], guard: InterruptGuard,
+                  stored: list[tuple[int, Any, Any]], n: int = 0, claim: MapClaim | None = None,
                   into: list[int] | None = None, reroute: str | None = None,
                   hold: Callable[[int], None] | None = None) -> list[int]:
         """Send every encoded batch (batch ``i`` to ``queues[i]``) concurrently; return the
@@ -186,7 +200,6 @@ class Sender:
         and ``stored_ids`` agree with what was stored, whenever it comes."""
         sends: list[_Put] = []  # each put sent (or being sent)
         errors: list[tuple[int, BaseException, int]] = []  # (queue, error, messages) of each put failed
-        stored: list[tuple[int, Any, Any]] = []  # (queue, positions, answer) of each put stored
         keep_ids = into is not None
         # A claim's ids nobody asked for are listed only if the send fails (a map or a
         # stream's chunk needs them then, to know what was stored; see _listed): a million
@@ -194,30 +207,32 @@ class Sender:
         # would be thrown away.
         ids: list[Any] | None = into if keep_ids else None if claim is not None else [None] * n
         not_sent = None  # how many puts failed unsent, once every put is sent
-        with InterruptGuard() as guard:
-            try:
-                self._put_all(batches, queues, reroute, hold, sends, errors)
-                not_sent = len(errors)
-                if claim is None and sends and n <= PRIME_MAX_MESSAGES:
-                    self.collector.prime(s.live[0] for s in sends if s.live is not None)
-                for send in sends:
-                    self._read(send, reroute, hold, stored, errors, ids, claim, keep_ids, guard)
-            except BaseException as interruption:
-                # From here on a Ctrl-C is deferred (set before anything can be interrupted:
-                # an interrupt through the guard has set it already), but where a put's
-                # answer is awaited: whatever it stops, what is raised has its stored_ids.
-                guard.deferring = True
-                # Each put read is in ``stored`` or ``errors`` (none is read before all are sent).
-                read = 0 if not_sent is None else len(stored) + len(errors) - not_sent
+        try:
+            self._put_all(batches, queues, reroute, hold, sends, errors)
+            not_sent = len(errors)
+            if claim is None and sends and n <= PRIME_MAX_MESSAGES:
+                self.collector.prime(s.live[0] for s in sends if s.live is not None)
+            for send in sends:
+                self._read(send, reroute, hold, stored, errors, ids, claim, keep_ids, guard)
+            # What follows (and the caller's letting go of its holds) defers a Ctrl-C: the send
+            # is whole, and one that came meanwhile is raised with its ids (see send).
+            guard.deferring = True
+        except BaseException as interruption:
+            # From here on a Ctrl-C is deferred (set before anything can be interrupted:
+            # an interrupt through the guard has set it already), but where a put's
+            # answer is awaited: whatever it stops, what is raised has its stored_ids.
+            guard.deferring = True
+            # Each put read is in ``stored`` or ``errors`` (none is read before all are sent).
+            read = 0 if not_sent is None else len(stored) + len(errors) - not_sent
 
-                def read_again(send: _Put, deadline: float) -> None:
-                    self._read(send, None, None, stored, rest_errors, ids, claim, keep_ids, guard, deadline)
+            def read_again(send: _Put, deadline: float) -> None:
+                self._read(send, None, None, stored, rest_errors, ids, claim, keep_ids, guard, deadline)
 
-                rest_errors: list[tuple[int, BaseException, int]] = []
-                read_rest(read_again, sends[read:], guard, INTERRUPTED_READ_S, rest_errors,
-                          lambda send: send.live[0] if send.live else -1)
-                interruption.stored_ids = _listed(ids, stored, n)  # type: ignore[attr-defined]
-                raise
+            rest_errors: list[tuple[int, BaseException, int]] = []
+            read_rest(read_again, sends[read:], guard, INTERRUPTED_READ_S, rest_errors,
+                      lambda send: send.live[0] if send.live else -1)
+            interruption.stored_ids = _listed(ids, stored, n)  # type: ignore[attr-defined]
+            raise
         if errors:
             raise self._failure(errors, _listed(ids, stored, n))
         if claim is None and into is None and n >= self.collector.sent_ids.min_ids:
