@@ -20,9 +20,13 @@ import _signal
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-__all__ = ["INTERRUPTED_READ_S", "InterruptGuard", "read_rest"]
+if TYPE_CHECKING:
+    from daskqueue.queue.encode import PutBatch
+    from daskqueue.queue.table import Pending
+
+__all__ = ["INTERRUPTED_READ_S", "InterruptGuard", "SentPut", "read_rest"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -30,6 +34,20 @@ logger = logging.getLogger("daskqueue")
 #: awaited: the user pressed Ctrl-C, and waits through this (answers already in are read
 #: whatever it is).
 INTERRUPTED_READ_S = 10.0
+
+
+class SentPut:
+    """One put of a send, as it stands now: ``live`` is ``(queue, blob, token, call in
+    flight)``, rewritten in one assignment whenever the put is (re)sent, so that an
+    interruption at any point finds the put that may be stored (``None`` before it is first
+    sent; a call in flight of None: it may have gone out, and is sent again under its token,
+    which a queue that stored it answers with its ids, storing nothing)."""
+
+    __slots__ = ("batch", "live")
+
+    def __init__(self, batch: PutBatch) -> None:
+        self.batch = batch
+        self.live: tuple[int, bytes, bytes, Pending | None] | None = None
 
 
 class InterruptGuard:

@@ -31,6 +31,7 @@ from daskqueue.messages import QUEUE_INDEX_BITS, make_id
 from daskqueue.queue.encode import PutBatch, encode_keyed
 # INTERRUPTED_READ_S is read from this module at each interruption (tests patch it here).
 from daskqueue.queue.interrupted import INTERRUPTED_READ_S, InterruptGuard, read_rest
+from daskqueue.queue.interrupted import SentPut as _Put
 from daskqueue.queue.router import Router, consecutive_runs, waves
 from daskqueue.queue.table import Pending, QueueTable
 from daskqueue.results import PRIME_MAX_MESSAGES, MapClaim, ResultCollector
@@ -41,20 +42,6 @@ from daskqueue.serialize import encode_put
 __all__ = ["Sender", "check_keys"]
 
 logger = logging.getLogger("daskqueue")
-
-class _Put:
-    """One put of a send, as it stands now: ``live`` is ``(queue, blob, token, call in
-    flight)``, rewritten in one assignment whenever the put is (re)sent, so that an
-    interruption at any point finds the put that may be stored (``None`` before it is first
-    sent; a call in flight of None: it may have gone out, and is sent again under its token,
-    which a queue that stored it answers with its ids, storing nothing)."""
-
-    __slots__ = ("batch", "live")
-
-    def __init__(self, batch: PutBatch) -> None:
-        self.batch = batch
-        self.live: tuple[int, bytes, bytes, Pending | None] | None = None
-
 
 def check_keys(keys: Sequence[Any], n: int, *, key: str | None, typed: str | None) -> list[str]:
     """The per-message routing keys of a submission of ``n`` messages, validated
