@@ -250,6 +250,9 @@ class PoolHandle(QueuePool):
                 close_lane = getattr(type(handle), "close_lane", None)
                 if close_lane is not None:
                     close_lane(handle)  # its sockets to the queues' lanes, not left to the GC
+                own = getattr(handle, "_future", None)
+                if own is not None:  # its client's hold on the actor's key, not left to the GC either
+                    own.release()
         logger.info("%r closed (the pool stays open)", self)
 
     def forget_queue(self, q: int) -> None:

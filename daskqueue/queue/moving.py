@@ -234,9 +234,7 @@ class MovingMixin:
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
         self._check_serving()
-        book, base = self._producers, self._results_base  # type: ignore[attr-defined]
-        numbered = [(base + k, r) for k, r in enumerate(self._results)  # type: ignore[attr-defined]
-                    if record_producer(r) and book.wanted(r, base + k)]
+        numbered = self._unforwarded()
         if not numbered:
             return 0
         records = [r for _, r in numbered]
@@ -250,6 +248,12 @@ class MovingMixin:
         logger.info("queue %d: %d records of attached producers handed to queue %d", self.index, len(records), dest)
         return len(records)
 
+    def _unforwarded(self) -> list[tuple[int, Any]]:
+        """``(number, record)`` of each record here that an attached producer has not fetched."""
+        book, base = self._producers, self._results_base  # type: ignore[attr-defined]
+        return [(base + k, r) for k, r in enumerate(self._results)  # type: ignore[attr-defined]
+                if record_producer(r) and book.wanted(r, base + k)]
+
     async def attached_producers(self) -> int:
         """How many attached producers (tags not 0) this queue heard of within their
         liveness window: ``remove_queue`` gives handles time to see it only if some exist."""
@@ -257,15 +261,18 @@ class MovingMixin:
         return sum(1 for heard in book.heard.values() if now - heard <= book.liveness_s)
 
     async def close_if_drained(self) -> bool:
-        """Close this queue (as ``close``) if it holds no message; False, still open, if it
-        holds some (an attached producer's put that came after it was drained). The check and
-        the close have no await between them: a put is either held here (and moved by the
-        caller's next pass) or refused as closed, never lost."""
+        """Close this queue (as ``close``) if it holds no message and no record an attached
+        producer has not fetched; False, still open, if it holds some (an attached producer's
+        put that came after it was drained; the outcome of one that ran since the records were
+        handed on, ``forward_records``: a closed queue's records are read by no producer but
+        the owner). The checks and the close have no await between them: a put is either held
+        here (and moved by the caller's next pass) or refused as closed, never lost, and so
+        is a settle's record."""
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
         if self._closed:
             return True
-        if self._core.pending:
+        if self._core.pending or self._unforwarded():
             return False
         await self.close()  # type: ignore[attr-defined]  # refuses calls before its first await
         return True

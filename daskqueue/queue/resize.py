@@ -66,7 +66,8 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
     ``FOLLOW_S`` to stop putting there before it closes; a put that still comes
     is moved too (the queue closes only while it holds nothing, see ``close_if_drained``).
     Their records not fetched go to another queue before it closes (``forward_records``),
-    where they read them: their outcomes and where their messages moved."""
+    where they read them: their outcomes and where their messages moved (the queue closes
+    only once none is left to hand on)."""
     table = pool.table
     check_number("index", index, integer=True, at_least=0)
     if index >= len(table.handles) or index in table.removed:
@@ -109,7 +110,9 @@ def remove_queue(pool: Any, index: int, timeout_s: float | None) -> int:
                     logger.warning("%r: queue %d closed, but its last outcomes were not read: %s: %s",
                                    pool, index, type(e).__name__, e)
                 break
-            pool.collector.removed.discard(index)  # an attached producer's put came meanwhile: move it too
+            # An attached producer's put came meanwhile (move it too), or the record of one that
+            # ran since its records were handed on (hand it on too).
+            pool.collector.removed.discard(index)
         if deadline is not None and time.monotonic() > deadline:
             raise JoinTimeoutError(timeout_s or 0.0, {"ready": s.ready, "delayed": s.delayed, "leased": s.leased})
         table.check_scheduler()
@@ -218,27 +221,57 @@ def move_from(pool: Any, sources: list[int], nodes: list[int], *, everything: bo
     their queues (all of them with ``everything``); record the moves so that their outcomes
     come back under their old ids; return how many moved. A destination that did not
     answer is asked again (the move is idempotent); still failing, raises
-    :class:`QueueLostError` for that source."""
+    :class:`QueueLostError` for that source.
+
+    A call to one source that fails (not sent, or no answer) raises its error, but only once
+    every call already sent is answered and its moves recorded (within one
+    ``CALL_TIMEOUT_S`` for them all): a source that moved messages while another failed has
+    them accounted for, or a map waiting on them would wait for good."""
     table, typed = pool.table, pool.router.typed
     total = 0
     for _ in range(defaults.PUT_ATTEMPTS):
         retry = []
+        error: Exception | None = None
         # The destinations' outcomes are held until the moves are recorded: a moved message
         # may run there, and its outcome be polled under its new id, before move_out's
         # answer is read; filed then, it would reach no claim (a map would wait for good).
         with pool.collector.holding(nodes):
-            calls = [(q, table.call(q, "move_out", nodes, typed, everything)) for q in sources]
+            calls = []
+            for q in sources:
+                try:
+                    calls.append((q, table.call(q, "move_out", nodes, typed, everything)))
+                except Exception as e:  # not sent: nothing moved from q; no other is asked
+                    error = e
+                    break
+            deadline = time.monotonic() + defaults.CALL_TIMEOUT_S
             for q, pending in calls:
-                runs, failed = table.answer_or_ask_again(q, pending)
-                pool.collector.moved(runs, q)
-                for _, count, dest, _ in runs:
-                    table.put_counts[q] -= count
-                    table.put_counts[dest] += count
-                    total += count
+                try:
+                    runs, failed = table.answer_or_ask_again(q, pending, deadline)
+                except Exception as e:  # what it moved, if anything, is unknown here
+                    logger.warning("%r: queue %d did not answer moving its messages: %s: %s",
+                                   pool, q, type(e).__name__, e)
+                    error = error or e
+                    continue
+                total += _record_moves(pool, q, runs)
                 if failed:
                     logger.warning("queue %d: moving messages failed (%s); trying again", q, "; ".join(failed))
                     retry.append(q)
+        if error is not None:
+            raise error
         if not retry:
             return total
         sources = retry
     raise QueueLostError(sources[0], table.handles[sources[0]]._address, pool.durability)
+
+
+def _record_moves(pool: Any, q: int, runs: list[tuple[int, int, int, int]]) -> int:
+    """Record the moves ``runs`` of queue ``q`` (``(old first seq, count, new queue, new
+    first seq)``): outcomes come back under their old ids, counts follow; how many moved."""
+    table = pool.table
+    pool.collector.moved(runs, q)
+    moved = 0
+    for _, count, dest, _ in runs:
+        table.put_counts[q] -= count
+        table.put_counts[dest] += count
+        moved += count
+    return moved

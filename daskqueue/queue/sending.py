@@ -5,6 +5,8 @@ and every answer is collected, even after one failed: messages a queue stored ru
 not the client hears of it, so their ids are never abandoned. A submission that failed
 part-way raises the first error with ``stored_ids`` (by input position, None where not stored)
 and, for a lost transient queue, ``lost_messages`` counting the failed puts' messages too.
+An interrupted send (Ctrl-C) reads the answers of the puts it sent before it raises; that
+reading, and where a Ctrl-C may land meanwhile, are :mod:`daskqueue.queue.interrupted`'s.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from daskqueue.errors import (
 )
 from daskqueue.messages import QUEUE_INDEX_BITS, make_id
 from daskqueue.queue.encode import PutBatch, encode_keyed
+# INTERRUPTED_READ_S is read from this module at each interruption (tests patch it here).
+from daskqueue.queue.interrupted import INTERRUPTED_READ_S, InterruptGuard, read_rest
+from daskqueue.queue.interrupted import SentPut as _Put
 from daskqueue.queue.router import Router, consecutive_runs, waves
 from daskqueue.queue.table import Pending, QueueTable
 from daskqueue.results import PRIME_MAX_MESSAGES, MapClaim, ResultCollector
@@ -37,26 +42,6 @@ from daskqueue.serialize import encode_put
 __all__ = ["Sender", "check_keys"]
 
 logger = logging.getLogger("daskqueue")
-
-#: After an interruption, how long (seconds, overall) the answers of the puts sent are
-#: awaited: the user pressed Ctrl-C, and waits through this (answers already in are read
-#: whatever it is).
-INTERRUPTED_READ_S = 10.0
-
-
-class _Put:
-    """One put of a send, as it stands now: ``live`` is ``(queue, blob, token, call in
-    flight)``, rewritten in one assignment whenever the put is (re)sent, so that an
-    interruption at any point finds the put that may be stored (``None`` before it is first
-    sent; a call in flight of None: it may have gone out, and is sent again under its token,
-    which a queue that stored it answers with its ids, storing nothing)."""
-
-    __slots__ = ("batch", "live")
-
-    def __init__(self, batch: PutBatch) -> None:
-        self.batch = batch
-        self.live: tuple[int, bytes, bytes, Pending | None] | None = None
-
 
 def check_keys(keys: Sequence[Any], n: int, *, key: str | None, typed: str | None) -> list[str]:
     """The per-message routing keys of a submission of ``n`` messages, validated
@@ -150,20 +135,34 @@ class Sender:
         reroute = None if queues is not None else ("next" if queue is None else "route")
         if queues is None:
             queues = self.router.assign(len(batches), queue)
-        if claim is None:
-            return self._send_all(batches, n=n, queues=queues, into=into, reroute=reroute)
-        with contextlib.ExitStack() as holds:
-            held = set(queues)
-            holds.enter_context(self.collector.holding(held))
+        stored: list[tuple[int, Any, Any]] = []  # (queue, positions, answer) of each put stored
+        with InterruptGuard() as guard:
+            if claim is None:
+                ids = self._send_all(batches, n=n, queues=queues, into=into, reroute=reroute, guard=guard,
+                                     stored=stored)
+            else:
+                with contextlib.ExitStack() as holds:
+                    held = set(queues)
+                    holds.enter_context(self.collector.holding(held))
 
-            def hold(q: int) -> None:  # a put rerouted to a queue not held yet: held before it is sent
-                if q not in held:
-                    held.add(q)
-                    holds.enter_context(self.collector.holding([q]))
+                    def hold(q: int) -> None:  # a put rerouted to a queue not held yet: held before it is sent
+                        if q not in held:
+                            held.add(q)
+                            holds.enter_context(self.collector.holding([q]))
 
-            return self._send_all(batches, n=n, claim=claim, queues=queues, into=into, reroute=reroute, hold=hold)
+                    ids = self._send_all(batches, n=n, claim=claim, queues=queues, into=into, reroute=reroute,
+                                         hold=hold, guard=guard, stored=stored)
+                # (the holds are let go with interrupts deferred: _send_all returns so)
+        if guard.late is not None:  # a Ctrl-C as the send ended: raised now, with what it stored
+            try:
+                guard.deliver_late()
+            except BaseException as interruption:
+                interruption.stored_ids = _listed(ids, stored, n)  # type: ignore[attr-defined]
+                raise
+        return ids
 
-    def _send_all(self, batches: list[PutBatch], *, queues: list[int], n: int = 0, claim: MapClaim | None = None,
+    def _send_all(self, batches: list[PutBatch], *, queues: list[int], guard: InterruptGuard,
+                  stored: list[tuple[int, Any, Any]], n: int = 0, claim: MapClaim | None = None,
                   into: list[int] | None = None, reroute: str | None = None,
                   hold: Callable[[int], None] | None = None) -> list[int]:
         """Send every encoded batch (batch ``i`` to ``queues[i]``) concurrently; return the
@@ -179,12 +178,15 @@ class Sender:
         Interrupted (a ``KeyboardInterrupt`` while it encodes or waits, or an error of the
         client's own bookkeeping: ``hold``, ``prime``, a claim), it still reads the answers
         of the puts sent (their messages are stored whether or not the client hears of it;
-        a second interrupt stops that), then raises the interruption with ``stored_ids`` (and
-        ``into``) exact for every put whose answer it read: a failed ``map`` drops exactly
-        the outcomes of what was stored, and files none in the results."""
+        a second interrupt stops that, see :func:`~daskqueue.queue.interrupted.read_rest`),
+        then raises the interruption with ``stored_ids`` (and ``into``) exact for every put
+        whose answer it read: a failed ``map`` drops exactly the outcomes of what was
+        stored, and files none in the results. A Ctrl-C that lands while a put's answer is
+        recorded, or while the interruption is handled, is deferred to where it splits no
+        record (:class:`~daskqueue.queue.interrupted.InterruptGuard`): the pool's put counts
+        and ``stored_ids`` agree with what was stored, whenever it comes."""
         sends: list[_Put] = []  # each put sent (or being sent)
         errors: list[tuple[int, BaseException, int]] = []  # (queue, error, messages) of each put failed
-        stored: list[tuple[int, Any, Any]] = []  # (queue, positions, answer) of each put stored
         keep_ids = into is not None
         # A claim's ids nobody asked for are listed only if the send fails (a map or a
         # stream's chunk needs them then, to know what was stored; see _listed): a million
@@ -198,11 +200,24 @@ class Sender:
             if claim is None and sends and n <= PRIME_MAX_MESSAGES:
                 self.collector.prime(s.live[0] for s in sends if s.live is not None)
             for send in sends:
-                self._read(send, reroute, hold, stored, errors, ids, claim, keep_ids)
+                self._read(send, reroute, hold, stored, errors, ids, claim, keep_ids, guard)
+            # What follows (and the caller's letting go of its holds) defers a Ctrl-C: the send
+            # is whole, and one that came meanwhile is raised with its ids (see send).
+            guard.deferring = True
         except BaseException as interruption:
+            # From here on a Ctrl-C is deferred (set before anything can be interrupted:
+            # an interrupt through the guard has set it already), but where a put's
+            # answer is awaited: whatever it stops, what is raised has its stored_ids.
+            guard.deferring = True
             # Each put read is in ``stored`` or ``errors`` (none is read before all are sent).
             read = 0 if not_sent is None else len(stored) + len(errors) - not_sent
-            self._read_rest(sends[read:], stored, ids, claim, keep_ids)
+
+            def read_again(send: _Put, deadline: float) -> None:
+                self._read(send, None, None, stored, rest_errors, ids, claim, keep_ids, guard, deadline)
+
+            rest_errors: list[tuple[int, BaseException, int]] = []
+            read_rest(read_again, sends[read:], guard, INTERRUPTED_READ_S, rest_errors,
+                      lambda send: send.live[0] if send.live else -1)
             interruption.stored_ids = _listed(ids, stored, n)  # type: ignore[attr-defined]
             raise
         if errors:
@@ -230,10 +245,13 @@ class Sender:
 
     def _read(self, send: _Put, reroute: str | None, hold: Callable[[int], None] | None,
               stored: list[tuple[int, Any, Any]], errors: list[tuple[int, BaseException, int]],
-              ids: list[Any] | None, claim: MapClaim | None, keep_ids: bool, deadline: float | None = None) -> None:
+              ids: list[Any] | None, claim: MapClaim | None, keep_ids: bool, guard: InterruptGuard,
+              deadline: float | None = None) -> None:
         """Read a put's answer (by monotonic ``deadline``, default: each wait's own): record
-        what it stored (:meth:`_stored`, then ``stored``), or its failure in ``errors``. A
-        put never sent (interrupted before) stored nothing."""
+        what it stored (:meth:`_stored`, then ``stored`` and the pool's counts, with
+        interrupts deferred by ``guard``: a Ctrl-C is raised before the record or after it
+        is whole), or its failure in ``errors``. A put never sent (interrupted before)
+        stored nothing."""
         if send.live is None:
             return
         q = send.live[0]
@@ -243,39 +261,14 @@ class Sender:
         except Exception as e:
             errors.append((q, e, sum(g.count for g in groups)))
             return
+        guard.deferring = True
+        # An error of the bookkeeping before ``stored`` has the put read again (its ids and
+        # claims are written again as they were); once in ``stored``, it is counted too.
         self._stored(q, groups, positions, allocated, ids, claim, keep_ids)
         stored.append((q, positions, allocated))
-        # Counted last: an interruption before ``stored`` has it read again (its ids and
-        # claims are written again as they were), never counted twice.
         self.table.put_counts[q] += sum(g.count for g in groups)
         self.table.sent_funcs[q].update(g.digest for g in groups if g.digest is not None)
-
-    def _read_rest(self, sends: list[Any], stored: list[tuple[int, Any, Any]], ids: list[Any] | None,
-                   claim: MapClaim | None, keep_ids: bool) -> None:
-        """After an interruption, read the answers of the puts still unread (the first one's
-        again, with its call and token: a put is never stored twice), all within one
-        ``INTERRUPTED_READ_S`` (plus at most one wait for a queue's move). Nothing is
-        re-routed: a put refused stored nothing. A put that fails, or whose answer is not in
-        by then, counts as not stored; a second interruption stops the reading (the puts left
-        count as not stored either). Such a put may be stored all the same, as after a timed
-        out put: its tasks run under ids unknown here, and their outcomes, claimed by no one,
-        go to the pool's results."""
-        if not sends:
-            return
-        logger.info("reading %d sent puts' answers (Ctrl-C again to stop)", len(sends))
-        deadline = time.monotonic() + INTERRUPTED_READ_S
-        errors: list[tuple[int, BaseException, int]] = []
-        for k, send in enumerate(sends):
-            try:
-                self._read(send, None, None, stored, errors, ids, claim, keep_ids, deadline)
-            except Exception as e:  # the client's own bookkeeping failed again
-                errors.append((send.live[0] if send.live else -1, e, 0))
-            except BaseException:
-                logger.warning("interrupted again: the answers of %d puts sent are not read (their "
-                               "tasks run, under ids unknown here)", len(sends) - k)
-                return
-        for q, e, _ in errors:
-            logger.warning("after an interruption, a put to queue %d failed: %s: %s", q, type(e).__name__, e)
+        guard.resume()
 
     def _put_routed(self, q: int, put: _Put, reroute: str | None, hold: Callable[[int], None] | None) -> None:
         """Put ``put`` to queue ``q`` or, with ``reroute``, if ``q`` is out of routing (being
