@@ -13,10 +13,13 @@ Two parts in one file:
 Rows (each the same code as its run_all benchmark, which is identical in both trees):
 
 * ``put100`` / ``put10k``: ``durable.transient_put_case`` (16 MiB of 100 B / 10 KiB messages,
-  1,000 per ``put_batch``, in-process, no Dask), MB/s; ``dd`` is ``durable.dd_write`` (16 MiB,
-  ``conv=fdatasync``), the disk baseline with no daskqueue code in it.
-* ``add_queues``: ``routing.measured_moves`` (a transient pool of n=2 on 2 workers, 50,000
-  keyed messages, ``add_queues(1)``), seconds of the call (and of the put, its baseline).
+  1,000 per ``put_batch``, in-process, no Dask), MB/s, beside the same process unpickling the
+  same blobs as often and keeping them (what most of a put is); ``dd`` is ``durable.dd_write``
+  (16 MiB, ``conv=fdatasync``), the disk baseline with no daskqueue code in it.
+* ``putcall``: the put path's own code, us per ``put_batch`` of 10 messages of 10 B.
+* ``add_queues``: ``routing.measured_moves``'s calls (a transient pool of n=2 on 2 workers,
+  50,000 keyed messages, ``add_queues(1)``): seconds of the call and of the put, and the CPU
+  seconds of every process in each (CPU moves less with the machine's load than wall time).
 * ``failover``: ``failover.fail_over`` (durable pool of 2 queues on 3 workers, 20,000 messages,
   SIGKILL of queue 1's worker): kill -> serving, excluding detection, and total. The churn
   row runs the same function on the same cluster shape.
@@ -42,7 +45,7 @@ from typing import Any, Callable
 
 ROWS = ("put100", "put10k", "putcall", "dd", "add_queues", "failover", "idle")
 # Lower is better for these measures; higher for the rest (MB/s).
-LOWER_BETTER = {"putcall.us_per_put", "add_queues.add_s", "add_queues.put_s", "failover.reopen_s", "failover.serving_s",
+LOWER_BETTER = {"add_queues.add_cpu_s", "add_queues.put_cpu_s", "putcall.us_per_put", "add_queues.add_s", "add_queues.put_s", "failover.reopen_s", "failover.serving_s",
                 "failover.detection_s", "idle.scheduler_pct", "idle.scheduler_base_pct", "idle.added_pct"}
 
 
@@ -102,14 +105,35 @@ def _child_dd(samples: int) -> None:
 
 
 def _child_add_queues(samples: int) -> None:
+    """``routing.measured_moves`` for n=2 (the same calls), plus the CPU seconds every process
+    spent in the put and in ``add_queues``: CPU time moves less with the machine's load than
+    wall time does."""
+    from benchmarks import tasks
     from benchmarks.common import local_cluster
-    from benchmarks.routing import measured_moves
+    from daskqueue import QueuePool
 
     keys = [f"key-{i}" for i in range(50_000)]
+
+    def cpu(client: Any) -> float:
+        w = client.run(tasks.cpu_seconds)
+        return sum(u + s for u, s, _ in w.values()) + sum(tasks.cpu_seconds()[:2])
+
     with local_cluster(2) as client:
         for _ in range(samples):
-            d = measured_moves(client, 2, keys)
-            _emit("add_queues", {"add_s": d["add_s"], "put_s": d["put_s"]})
+            qp = QueuePool(client, 2)
+            try:
+                c0, t0 = cpu(client), time.perf_counter()
+                qp.put_many(range(len(keys)), keys=keys)
+                t1 = time.perf_counter()
+                c1 = cpu(client)
+                t2 = time.perf_counter()
+                qp.add_queues(1)
+                t3 = time.perf_counter()
+                c2 = cpu(client)
+                assert sum(s.ready for s in qp.stats()) == len(keys), "a message went missing"
+            finally:
+                qp.close()
+            _emit("add_queues", {"add_s": t3 - t2, "put_s": t1 - t0, "add_cpu_s": c2 - c1, "put_cpu_s": c1 - c0})
 
 
 def _child_failover(samples: int) -> None:
@@ -177,6 +201,16 @@ def _run_child(tree: str, rows: list[str], samples: int, timeout: float) -> list
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
+def _mann_whitney(a: list[float], b: list[float]) -> float:
+    """Two-sided p-value that ``a`` and ``b`` come from one distribution (NaN without scipy):
+    a ratio of medians with p well above 0.05 is the trees' noise, not a difference."""
+    try:
+        from scipy.stats import mannwhitneyu
+    except ImportError:
+        return float("nan")
+    return float(mannwhitneyu(a, b).pvalue) if a and b else float("nan")
+
+
 def _fmt(v: float) -> str:
     return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
 
@@ -221,8 +255,8 @@ def main() -> None:
     print(f"\nload at the end: {_load()}\n")
     names = [n for n, _ in trees]
     print("| measure | " + " | ".join(f"{n}: samples, median (min-max)" for n in names)
-          + f" | {names[-1]} / {names[0]} (medians) |")
-    print("|---|" + "---|" * len(names) + "---|")
+          + f" | {names[-1]} / {names[0]} (medians) | Mann-Whitney p |")
+    print("|---|" + "---|" * len(names) + "---|---|")
     summary = {}
     for measure, by_tree in samples.items():
         cells, medians = [], []
@@ -233,8 +267,9 @@ def main() -> None:
             cells.append(f"{', '.join(_fmt(v) for v in vals)}; **{_fmt(med)}** ({_fmt(min(vals))}-{_fmt(max(vals))})")
         ratio = medians[-1] / medians[0] if medians[0] else float("nan")
         better = "lower" if measure in LOWER_BETTER else "higher"
-        summary[measure] = {"medians": dict(zip(names, medians)), "ratio": ratio, "better": better}
-        print(f"| {measure} ({better} is better) | " + " | ".join(cells) + f" | {ratio:.2f}x |")
+        p_value = _mann_whitney(by_tree.get(names[0], []), by_tree.get(names[-1], []))
+        summary[measure] = {"medians": dict(zip(names, medians)), "ratio": ratio, "better": better, "p": p_value}
+        print(f"| {measure} ({better} is better) | " + " | ".join(cells) + f" | {ratio:.2f}x | {p_value:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"argv": sys.argv, "trees": dict(trees), "runs": log,
                                                "summary": summary}, indent=2) + "\n")
