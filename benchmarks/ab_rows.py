@@ -16,6 +16,10 @@ Rows (each the same code as its run_all benchmark, which is identical in both tr
   1,000 per ``put_batch``, in-process, no Dask), MB/s, beside the same process unpickling the
   same blobs as often and keeping them (what most of a put is); ``dd`` is ``durable.dd_write``
   (16 MiB, ``conv=fdatasync``), the disk baseline with no daskqueue code in it.
+* ``putwarm``: ``put100``'s put on warm memory (queues of 100 puts, each dropped before the
+  next), us per put, wall and CPU: the code and the copy, without the page faults.
+* ``putcode``: ``put100``'s put without its unpickling (``decode_put`` answers from a cache),
+  CPU us per put, the collector off: the queue's own code per ``put_batch``.
 * ``putcall``: the put path's own code, us per ``put_batch`` of 10 messages of 10 B.
 * ``add_queues``: ``routing.measured_moves``'s calls (a transient pool of n=2 on 2 workers,
   50,000 keyed messages, ``add_queues(1)``): seconds of the call and of the put, and the CPU
@@ -35,6 +39,7 @@ import asyncio
 import json
 import os
 import pickle
+import resource
 import statistics
 import subprocess
 import sys
@@ -43,9 +48,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-ROWS = ("put100", "put10k", "putcall", "dd", "add_queues", "failover", "idle")
+ROWS = ("put100", "put10k", "putcall", "putwarm", "putcode", "dd", "add_queues", "failover", "idle")
 # Lower is better for these measures; higher for the rest (MB/s).
-LOWER_BETTER = {"add_queues.add_cpu_s", "add_queues.put_cpu_s", "putcall.us_per_put", "add_queues.add_s", "add_queues.put_s", "failover.reopen_s", "failover.serving_s",
+LOWER_BETTER = {"putcode.cpu_us_per_put", "putwarm.page_faults_per_put", "putwarm.us_per_put", "putwarm.cpu_us_per_put", "add_queues.add_cpu_s", "add_queues.put_cpu_s", "putcall.us_per_put", "add_queues.add_s", "add_queues.put_s", "failover.reopen_s", "failover.serving_s",
                 "failover.detection_s", "idle.scheduler_pct", "idle.scheduler_base_pct", "idle.added_pct"}
 
 
@@ -94,6 +99,79 @@ def _child_putcall(samples: int) -> None:
 
     for _ in range(samples):
         _emit("putcall", {"us_per_put": asyncio.run(one())})
+
+
+def _child_putwarm(samples: int) -> None:
+    """``put100``'s put path on warm memory: us per ``put_batch`` of 1,000 messages of 100 B,
+    20 queues of 100 puts each, every queue dropped before the next (its memory is reused, so
+    no page faults: what remains is the code and the copy). Wall and CPU time."""
+    from benchmarks.durable import put_blob
+    from daskqueue.queue.transient import TransientQueue
+
+    blob = put_blob(os.urandom(100), 1000)
+
+    async def one() -> tuple[float, float, float]:
+        wall = cpu = 0.0
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(20):
+            q = TransientQueue(0)
+            await q.put_batch(blob)
+            t0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(100):
+                await q.put_batch(blob)
+            wall += time.perf_counter() - t0
+            cpu += time.process_time() - c0
+            await q.close()
+            del q
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+        return wall / 2000 * 1e6, cpu / 2000 * 1e6, faults / 2000
+
+    asyncio.run(one())  # warm the heap
+    for _ in range(samples):
+        wall, cpu, faults = asyncio.run(one())
+        _emit("putwarm", {"us_per_put": wall, "cpu_us_per_put": cpu, "page_faults_per_put": faults})
+
+
+def _child_putcode(samples: int) -> None:
+    """``put100``'s put path without its unpickling: CPU us per ``put_batch`` of one group of
+    1,000 messages, ``decode_put`` answering from a cache (patched wherever the tree imported
+    it), the collector off (its passes land on whichever put allocates last). 20 queues of
+    100 puts per sample."""
+    import gc
+
+    from benchmarks.durable import put_blob
+    from daskqueue.queue.transient import TransientQueue
+    from daskqueue.serialize import decode_put
+
+    blob = put_blob(os.urandom(100), 1000)
+    funcs, groups = decode_put(blob)
+
+    def cached(_blob: bytes) -> tuple[dict[bytes, bytes], list[Any]]:
+        return dict(funcs), list(groups)
+
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("daskqueue") and getattr(mod, "decode_put", None) is decode_put:
+            mod.decode_put = cached  # type: ignore[attr-defined]
+
+    async def one() -> float:
+        cpu = 0.0
+        for _ in range(20):
+            q = TransientQueue(0)
+            await q.put_batch(blob)
+            c0 = time.process_time()
+            for _ in range(100):
+                await q.put_batch(blob)
+            cpu += time.process_time() - c0
+            await q.close()
+        return cpu / 2000 * 1e6
+
+    gc.disable()
+    try:
+        asyncio.run(one())
+        for _ in range(samples):
+            _emit("putcode", {"cpu_us_per_put": asyncio.run(one())})
+    finally:
+        gc.enable()
 
 
 def _child_dd(samples: int) -> None:
@@ -175,6 +253,8 @@ CHILD: dict[str, Callable[[int], None]] = {
     "put100": lambda n: _child_put(n, 100, "put100"),
     "put10k": lambda n: _child_put(n, 10 * 1024, "put10k"),
     "putcall": _child_putcall,
+    "putwarm": _child_putwarm,
+    "putcode": _child_putcode,
     "dd": _child_dd,
     "add_queues": _child_add_queues,
     "failover": _child_failover,
