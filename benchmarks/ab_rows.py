@@ -149,9 +149,10 @@ def _child_putcode(samples: int) -> None:
     def cached(_blob: bytes) -> tuple[dict[bytes, bytes], list[Any]]:
         return dict(funcs), list(groups)
 
-    for name, mod in list(sys.modules.items()):
-        if name.startswith("daskqueue") and getattr(mod, "decode_put", None) is decode_put:
-            mod.decode_put = cached  # type: ignore[attr-defined]
+    patched = [mod for name, mod in list(sys.modules.items())
+               if name.startswith("daskqueue") and getattr(mod, "decode_put", None) is decode_put]
+    for mod in patched:
+        mod.decode_put = cached  # type: ignore[attr-defined]
 
     async def one() -> float:
         cpu = 0.0
@@ -172,6 +173,8 @@ def _child_putcode(samples: int) -> None:
             _emit("putcode", {"cpu_us_per_put": asyncio.run(one())})
     finally:
         gc.enable()
+        for mod in patched:  # the rows after this one put for real
+            mod.decode_put = decode_put  # type: ignore[attr-defined]
 
 
 def _child_dd(samples: int) -> None:
