@@ -210,7 +210,11 @@ def _drop_like_a_killed_process(q: Any) -> None:
     store._segments.clear()
     os.close(store._index._fd)
     store._index._fd = -1
-    store._lock.drop()  # closed, not unlocked: the kernel drops the flock, as at a kill
+    if hasattr(store, "_lock_fd"):  # 5cff51c's store (run_all --daskqueue /work/wt/old)
+        os.close(store._lock_fd)
+        store._lock_fd = -1
+    else:
+        store._lock.drop()  # closed, not unlocked: the kernel drops the flock, as at a kill
 
 
 # -- end to end on a cluster -----------------------------------------------------------------
