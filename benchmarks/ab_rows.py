@@ -20,6 +20,8 @@ Rows (each the same code as its run_all benchmark, which is identical in both tr
   next), us per put, wall and CPU: the code and the copy, without the page faults.
 * ``putcode``: ``put100``'s put without its unpickling (``decode_put`` answers from a cache),
   CPU us per put, the collector off: the queue's own code per ``put_batch``.
+* ``putctx``: ``put100`` where run_all's ``durable`` takes it (after its ``dd`` and raw
+  writes, the process's first daskqueue put), then again: the first run and the later ones.
 * ``putcall``: the put path's own code, us per ``put_batch`` of 10 messages of 10 B.
 * ``add_queues``: ``routing.measured_moves``'s calls (a transient pool of n=2 on 2 workers,
   50,000 keyed messages, ``add_queues(1)``): seconds of the call and of the put, and the CPU
@@ -48,9 +50,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-ROWS = ("put100", "put10k", "putcall", "putwarm", "putcode", "dd", "add_queues", "failover", "idle")
+ROWS = ("put100", "put10k", "putcall", "putwarm", "putcode", "putctx", "dd", "add_queues", "failover", "idle")
 # Lower is better for these measures; higher for the rest (MB/s).
-LOWER_BETTER = {"putcode.cpu_us_per_put", "putwarm.page_faults_per_put", "putwarm.us_per_put", "putwarm.cpu_us_per_put", "add_queues.add_cpu_s", "add_queues.put_cpu_s", "putcall.us_per_put", "add_queues.add_s", "add_queues.put_s", "failover.reopen_s", "failover.serving_s",
+LOWER_BETTER = {"putctx.first_page_faults", "putctx.later_page_faults", "putcode.cpu_us_per_put", "putwarm.page_faults_per_put", "putwarm.us_per_put", "putwarm.cpu_us_per_put", "add_queues.add_cpu_s", "add_queues.put_cpu_s", "putcall.us_per_put", "add_queues.add_s", "add_queues.put_s", "failover.reopen_s", "failover.serving_s",
                 "failover.detection_s", "idle.scheduler_pct", "idle.scheduler_base_pct", "idle.added_pct"}
 
 
@@ -177,6 +179,32 @@ def _child_putcode(samples: int) -> None:
             mod.decode_put = decode_put  # type: ignore[attr-defined]
 
 
+def _child_putctx(samples: int) -> None:
+    """``put100`` where run_all's ``durable`` takes it: after three ``dd`` runs and the raw
+    write loops of the 100 B case, in a process whose first daskqueue put this is; then
+    ``samples`` - 1 more. MB/s and minor page faults of each run, in order (the first is the
+    one run_all's single sample reported)."""
+    from benchmarks.durable import dd_write, raw_write, transient_put_case
+
+    total = 16 * 2**20
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        for _ in range(3):
+            dd_write(d / "dd.bin", 16)
+        block = os.urandom(100 * 1000)
+        blocks = max(1, total // len(block))
+        for _ in range(3):
+            raw_write(d / "raw.bin", block, blocks, fsync_each=False)
+        for _ in range(3):
+            raw_write(d / "raw.bin", block, max(1, blocks // 4), fsync_each=True)
+    for i in range(samples):
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        r = asyncio.run(transient_put_case(100, total, 1000))
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+        key = "first" if i == 0 else "later"
+        _emit("putctx", {f"{key}_mb_per_s": r["mb_per_s"], f"{key}_page_faults": faults})
+
+
 def _child_dd(samples: int) -> None:
     from benchmarks.durable import dd_write
 
@@ -258,6 +286,7 @@ CHILD: dict[str, Callable[[int], None]] = {
     "putcall": _child_putcall,
     "putwarm": _child_putwarm,
     "putcode": _child_putcode,
+    "putctx": _child_putctx,
     "dd": _child_dd,
     "add_queues": _child_add_queues,
     "failover": _child_failover,
