@@ -149,6 +149,7 @@ def main() -> None:
     p.add_argument("--rounds", type=positive, default=2, help="alternated rounds of each")
     p.add_argument("--adapt-tasks", type=positive, default=3000, help="backlog for the scale-up test")
     p.add_argument("--messages", type=positive, default=100_000, help="ready messages for the fail-over")
+    p.add_argument("--failovers", type=positive, default=3, help="fail-overs in turn (the row: their median)")
     args = p.parse_args()
     env = common.environment("churn")
     details: dict = {"steady": [], "churn": []}
@@ -161,12 +162,16 @@ def main() -> None:
     steady = statistics.mean(d["tasks_per_s"] for d in details["steady"])
     churn = statistics.mean(d["tasks_per_s"] for d in details["churn"])
 
-    from benchmarks.failover import fail_over
+    from benchmarks.failover import fail_over, median_of, wait_for_size
 
     with tempfile.TemporaryDirectory() as tmp, cluster(3) as (_, client):
         log(f"fail-over: {args.messages:,} messages over 2 durable queues; SIGKILL of queue 1's worker")
-        details["failover"] = fail_over(client, args.messages, os.path.join(tmp, "pool"))
-        log(f"  {details['failover']}")
+        samples = []
+        for i in range(args.failovers):  # one fail-over swings tens of ms: the row is a median
+            samples.append(fail_over(client, args.messages, os.path.join(tmp, f"pool-{i}")))
+            log(f"  {samples[-1]}")
+            wait_for_size(client, 3)
+        details["failover"] = median_of(samples)
     f = details["failover"]
 
     log(f"adaptive scale-up to 3 workers: {args.adapt_tasks:,} tasks of 10 ms")
@@ -179,7 +184,7 @@ def main() -> None:
             note="issue 11 target >= 0.70x"),
         row("SIGKILL -> durable queue serving (s), excluding detection", f["reopen_s"], "s",
             "Dask's detection of the death", f["detection_s"], better="lower",
-            note="issue 11 target <= 5 s"),
+            note=f"median of {args.failovers}; issue 11 target <= 5 s"),
         row("backlog -> 3 workers under adapt() (s)", details["scale_up_daskqueue_s"], "s",
             "client.map of the same work", details["scale_up_client_map_s"], better="lower"),
     ]
