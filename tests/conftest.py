@@ -224,6 +224,13 @@ LONG_FIRST = {
 }
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Tell each xdist worker the run's ``--dist`` mode: xdist sets the worker's own to "no"
+    (it runs what it is sent), and the order below depends on the controller's."""
+    node.workerinput["daskqueue_dist"] = node.config.getoption("dist", "no")
+
+
 @pytest.hookimpl(trylast=True)  # after ``-m``/``-k`` deselected: the slices are of what runs
 def pytest_collection_modifyitems(config, items):
     """Long tests first, and under ``--dist worksteal`` spread so that each xdist worker
@@ -242,8 +249,9 @@ def pytest_collection_modifyitems(config, items):
     weight = {nodeid: LONG_FIRST[path] / per_file[path] for nodeid, path in paths.items() if path in LONG_FIRST}
     long_items = sorted((i for i in items if i.nodeid in weight), key=lambda i: -weight[i.nodeid])
     short_items = [i for i in items if i.nodeid not in weight]
-    n = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    if n <= 1 or config.getoption("dist", "no") != "worksteal":
+    workerinput = getattr(config, "workerinput", {})
+    n = int(workerinput.get("workercount", 1))
+    if n <= 1 or workerinput.get("daskqueue_dist") != "worksteal":
         items[:] = long_items + short_items
         return
     sizes, left = [], len(items)
