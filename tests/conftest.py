@@ -6,7 +6,6 @@ pools it creates.
 
 from __future__ import annotations
 
-import collections
 import multiprocessing
 import os
 import sys
@@ -198,30 +197,77 @@ def _daskqueue_logger_as_it_was():
     compat._handler = None
 
 
-#: Test files whose tests are the suite's longest, with the seconds their tests take together
-#: in a full ``-n 3`` run (from ``--durations``; rough: only their order and size matter).
-#: They start first, spread over the xdist workers (see ``pytest_collection_modifyitems``), so
-#: that no worker starts one of them near the end and holds the whole run up for it.
+#: The suite's longest tests, by node id prefix (a file, a test, or a test with all its
+#: parameters), with the seconds EACH test the prefix names takes in a full ``-n 3`` run (from
+#: ``--durations`` on a lightly loaded machine; rough: only their order and size matter; the
+#: longest prefix that matches wins). They start first, spread over the xdist workers (see
+#: ``pytest_collection_modifyitems``), so that no worker starts one of them near the end and
+#: holds the whole run up for it. Refresh from ``--durations=60`` when tests change.
 LONG_FIRST = {
-    "tests/queue/test_compaction_off_loop.py": 55,
-    "tests/test_membership.py": 50,
-    "tests/consumer/test_elastic.py": 55,
-    "tests/compat/test_readme_and_examples.py": 45,
-    "tests/test_attach_moved.py": 45,
-    "tests/test_cli_map.py": 45,
-    "tests/consumer/test_faults.py": 35,
-    "tests/test_joblib_backend.py": 35,
-    "tests/test_scheduler_lost.py": 35,
-    "tests/consumer/test_walltime_cluster.py": 28,
-    "tests/test_preemption.py": 24,
-    # Less now (~20 s), but early: its thread case leaves a 60 s sleep on a shared worker,
-    # which a session ending soon after waits for when it closes the cluster (~4 s).
-    "tests/consumer/test_time_limits.py": 35,
-    "tests/test_client_restart.py": 20,
-    "tests/segment/test_machine.py": 20,
-    "tests/test_retire_settles.py": 17,
-    "tests/compat/test_users_fixtures.py": 16,
+    "tests/consumer/test_walltime_cluster.py": 16,
+    "tests/compat/test_readme_and_examples.py::test_a_script_that_never_closes": 16,
+    "tests/test_retire_settles.py::test_leases_fetched_ahead": 14,
+    "tests/queue/test_compaction_off_loop.py::test_automatic_compaction": 13.5,
+    "tests/test_scheduler_lost.py::test_losing_the_scheduler": 13,
+    "tests/test_cli_map.py::test_stats_and_dead_letters": 12.5,
+    "tests/compat/test_users_fixtures.py": 12.4,
+    "tests/test_preemption.py::test_a_job_killed_mid_map_with_no_replacement_does_not_hang_the_map[3]": 12.2,
+    "tests/test_membership.py::test_a_backlog_scales_a_dask_jobqueue_cluster": 11,
+    "tests/consumer/test_elastic.py::test_churn": 11.4,
+    "tests/test_client_restart.py::test_a_new_client_reopens": 10.5,
+    "tests/test_cli_map.py::test_a_durable_map_killed_halfway": 10,
+    "tests/queue/test_compaction_off_loop.py::test_on_a_cluster": 9.7,
+    "tests/compat/test_old_logger.py::test_the_old_logger_and_join_progress_print": 9.2,
+    "tests/test_joblib_backend.py::test_scikit_learn": 8.6,
+    "tests/test_preemption.py::test_a_job_killed_mid_map_with_no_replacement_does_not_hang_the_map[2]": 8.6,
+    "tests/consumer/test_resize.py::test_add_queues_under_load": 8.4,
+    "tests/queue/test_eta.py::test_a_durable_messages_due_time_survives_a_restart": 8.1,
+    "tests/test_membership.py::test_a_backlog_scales_the_cluster_up": 7.5,
+    "tests/test_cli_map.py::test_map_gives_the_pool_the_default_number": 7.3,
+    "tests/test_submission_faults2.py::test_a_map_gets_the_outcomes_of_its_tasks_moved": 7.3,
+    "tests/test_lane.py::test_many_threads_share_one_lane": 7.2,
+    "tests/test_cli_map.py::test_map_writes_results_in_input_order": 7.1,
+    "tests/test_submission_faults.py::test_a_long_map_routes_its_remaining_puts": 6.8,
+    "tests/test_lane.py::test_a_killed_consumer_worker_loses_no_message": 7,
+    "tests/queue/test_deadlines.py::test_a_queue_whose_event_loop_is_blocked": 6.9,
+    "tests/consumer/test_elastic.py::test_a_durable_queues_killed_worker": 6.7,
+    "tests/queue/test_function_eviction.py::test_ten_thousand": 6.7,
+    "tests/segment/test_machine.py::TestDurableQueueMachine": 6.5,
+    "tests/consumer/test_elastic.py::test_a_killed_consumers_leases_come_back": 6.2,
+    "tests/test_cli.py::test_bench_runs": 6.1,
+    "tests/test_cli_map.py::test_a_bad_function_or_input": 5.9,
+    "tests/queue/test_durable_pool.py::test_killed_durable_queue_worker": 5.8,
+    "tests/test_attach_moved.py::test_a_producer_in_another_process": 5.5,
+    "tests/consumer/test_elastic.py::test_a_task_that_kills_its_process": 5.4,
+    "tests/consumer/test_time_limits.py::test_a_task_that_cannot_be_interrupted": 4.5,
+    "tests/consumer/test_scheduling.py::test_a_reserved_slot_starts_an_urgent_task": 5,
+    "tests/consumer/test_pool.py::test_idle_consumers_long_poll": 5,
+    "tests/test_cli_map.py::test_map_reads_json_from_stdin": 5,
+    "tests/test_warm.py::test_every_worker_present_and_joining_later": 4.9,
+    "tests/test_membership.py::test_retiring_a_queues_worker": 4.5,
+    "tests/test_executor.py::test_a_lost_transient_queue": 4.5,
+    "tests/test_cli.py::test_demo_runs": 4.5,
+    "tests/test_nested.py::test_the_documents_and_pages_example": 4.4,
+    "tests/consumer/test_pool.py::test_an_idle_consumer_asks_only_its_home_queue": 4.4,
+    "tests/test_adapt_backlog.py::test_a_backlog_counts_at_the_first_settle": 4.3,
+    "tests/consumer/test_scheduling.py::test_fair_share_starts_a_late_small_type": 4.2,
+    "tests/consumer/test_faults.py::test_killed_consumer_leases_are_redelivered": 4.2,
+    "tests/test_client_restart.py::test_a_pool_that_never_got_a_call": 4.1,
+    "tests/queue/test_core_machine.py::TestQueueCoreMachine": 3.5,
 }
+
+
+def _long_first_seconds(nodeid: str) -> float | None:
+    """``LONG_FIRST``'s seconds for the test ``nodeid`` (its longest matching prefix), or None."""
+    matches = [prefix for prefix in LONG_FIRST if nodeid.startswith(prefix)]
+    return LONG_FIRST[max(matches, key=len)] if matches else None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Tell each xdist worker the run's ``--dist`` mode: xdist sets the worker's own to "no"
+    (it runs what it is sent), and the order below depends on the controller's."""
+    node.workerinput["daskqueue_dist"] = node.config.getoption("dist", "no")
 
 
 @pytest.hookimpl(trylast=True)  # after ``-m``/``-k`` deselected: the slices are of what runs
@@ -237,13 +283,13 @@ def pytest_collection_modifyitems(config, items):
     are dealt to the slices longest first, each to the slice with the fewest seconds so far,
     and the short tests fill each slice up to its size, in collection order.
     """
-    paths = {item.nodeid: item.nodeid.split("::", 1)[0] for item in items}
-    per_file = collections.Counter(paths.values())
-    weight = {nodeid: LONG_FIRST[path] / per_file[path] for nodeid, path in paths.items() if path in LONG_FIRST}
+    weight = {item.nodeid: seconds for item in items
+              if (seconds := _long_first_seconds(item.nodeid)) is not None}
     long_items = sorted((i for i in items if i.nodeid in weight), key=lambda i: -weight[i.nodeid])
     short_items = [i for i in items if i.nodeid not in weight]
-    n = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    if n <= 1 or config.getoption("dist", "no") != "worksteal":
+    workerinput = getattr(config, "workerinput", {})
+    n = int(workerinput.get("workercount", 1))
+    if n <= 1 or workerinput.get("daskqueue_dist") != "worksteal":
         items[:] = long_items + short_items
         return
     sizes, left = [], len(items)

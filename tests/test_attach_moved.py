@@ -142,7 +142,8 @@ def test_an_attached_producers_messages_moved_twice_keep_their_ids(client, pools
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("change", ["remove_queue", "add_queues"])
-def test_a_producer_in_another_process_maps_exactly_while_the_owner_moves_its_messages(client, pools, change):
+def test_a_producer_in_another_process_maps_exactly_while_the_owner_moves_its_messages(client, pools, change,
+                                                                                       tmp_path):
     import json
     import os
     import subprocess
@@ -155,8 +156,9 @@ def test_a_producer_in_another_process_maps_exactly_while_the_owner_moves_its_me
     cp = pools.consumer(qp, n_consumers=1, max_concurrency=1, isolation="thread")
     cp.start()
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    other = subprocess.Popen([sys.executable, "-m", "tests.attach_moved_client", client.scheduler.address, name],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=root)
+    gate = tmp_path / "moved"  # its tasks are slow until then: the rest need not be
+    other = subprocess.Popen([sys.executable, "-m", "tests.attach_moved_client", client.scheduler.address, name,
+                              str(gate)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=root)
     try:
         # Its map's messages wait in both queues (one slow consumer).
         wait_until(lambda: all(s.ready >= 20 for s in qp.stats()), timeout_s=60, interval_s=0.05)
@@ -165,6 +167,7 @@ def test_a_producer_in_another_process_maps_exactly_while_the_owner_moves_its_me
         else:
             assert qp.add_queues(1) == [2]
             assert [s for s in qp.stats() if s.index == 2][0].total_put > 0  # keys moved there
+        gate.touch()
         out, err = other.communicate(timeout=120)
     finally:
         if other.poll() is None:

@@ -376,6 +376,10 @@ def test_a_lost_transient_queue_fails_only_the_calls_it_held_the_others_complete
             gate.touch()
             done, _ = cf.wait(futures, timeout=60)
             assert len(done) == len(futures)
+        # The consumer pool follows the loss too (it tells its other consumers, whose polls of
+        # the lost queue end then) before it is closed: closing first drops that change, and
+        # close waited out those polls' 20 s deadline (half of the runs took 25 s).
+        wait_until(lambda: victim not in {h._address for h in cp.consumers}, timeout_s=30)
         lost = [f.exception() for f in futures if f.exception() is not None]
         assert all(isinstance(e, QueueLostError) and e.queue_index == 1 for e in lost), lost
         ok = [f.result() for f in futures if f.exception() is None]

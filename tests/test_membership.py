@@ -12,7 +12,7 @@ from distributed import Client
 
 from daskqueue import ConsumerPool, QueuePool
 from daskqueue.membership import queue_target
-from tests import tasks
+from tests import backlog_tasks, tasks
 from tests.helpers import wait_until
 
 #: What the issue promises: a retired queue worker leaves within this.
@@ -69,7 +69,7 @@ def test_retiring_a_queues_worker_moves_the_queue_and_loses_nothing(cluster_fact
     qp.close()
 
 
-def test_a_backlog_scales_the_cluster_up_and_scale_down_hands_queues_off(cluster_factory):
+def test_a_backlog_scales_the_cluster_up_and_scale_down_hands_queues_off(cluster_factory, tmp_path):
     cluster, client = cluster_factory(1)
     # Adapt looks every 0.5 s, not 1 s: it scales down after 3 looks that find the pool idle,
     # and the test waits for that (the hand-off is the point, not adapt's patience).
@@ -80,10 +80,13 @@ def test_a_backlog_scales_the_cluster_up_and_scale_down_hands_queues_off(cluster
 
     started = time.monotonic()
     # 20 s of work for one worker: 3 workers' worth at Dask's target duration (5 s) for the
-    # first 10 s, time enough for the new workers to come (30 s only made the join longer).
-    ids = qp.batch_submit([(tasks.sleep_then, i, 0.01) for i in range(2000)])
+    # first 10 s, time enough for the new workers to come. Once they came, the rest of the
+    # backlog runs without its sleeps (its length was for the scale-up, not for the join).
+    gate = str(tmp_path / "scaled-up")
+    ids = qp.batch_submit([(backlog_tasks.sleep_until_opened, i, 0.01, gate) for i in range(2000)])
     wait_until(lambda: len(client.scheduler_info()["workers"]) == 3, timeout_s=30)
     scaled_up_s = time.monotonic() - started
+    open(gate, "w").close()
     cp.join(timeout=120)
     results = cp.results()
     assert [results[i] for i in ids] == list(range(2000))
@@ -135,7 +138,7 @@ def test_dask_jobqueue_workers_reaching_their_lifetime_hand_their_queues_off():
         cluster.close()
 
 
-def test_a_backlog_scales_a_dask_jobqueue_cluster_up_through_its_own_adapt():
+def test_a_backlog_scales_a_dask_jobqueue_cluster_up_through_its_own_adapt(tmp_path):
     jobqueue = pytest.importorskip("dask_jobqueue.local")
     cluster = jobqueue.LocalCluster(cores=1, processes=1, memory="2GiB",
                                     scheduler_options={"dashboard_address": None})
@@ -148,9 +151,12 @@ def test_a_backlog_scales_a_dask_jobqueue_cluster_up_through_its_own_adapt():
         cp.start()
         # 20 s of work for one worker: only the queue's reported backlog can ask for a job, and
         # it asks for 2 workers (Dask's target duration: 5 s) for 15 s, time enough for a job
-        # to start under load (30 s only made the join longer).
-        ids = qp.batch_submit([(tasks.sleep_then, i, 0.01) for i in range(2000)])
+        # to start under load. Once it started, the rest of the backlog runs without its
+        # sleeps (its length was for the scale-up, not for the join).
+        gate = str(tmp_path / "scaled-up")
+        ids = qp.batch_submit([(backlog_tasks.sleep_until_opened, i, 0.01, gate) for i in range(2000)])
         wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, timeout_s=45)
+        open(gate, "w").close()
         cp.join(timeout=120)
         results = cp.results()
         assert [results[i] for i in ids] == list(range(2000))

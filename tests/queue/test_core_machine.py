@@ -407,7 +407,15 @@ class QueueCoreMachine(RuleBasedStateMachine):
             assert d.attempts > m.max_retries or m.msgs[d.seq].fatal
 
 
-QueueCoreMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None
-)
+#: Examples of the default run (about 0.05 s of CPU each); the ``slow``-marked run below
+#: keeps the long search (``-m slow``).
+QueueCoreMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 TestQueueCoreMachine = QueueCoreMachine.TestCase
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+class TestQueueCoreMachineThorough(QueueCoreMachine.TestCase):
+    """The same machine, searched five times longer than the default run."""
+
+    settings = settings(max_examples=300, stateful_step_count=40, deadline=None)

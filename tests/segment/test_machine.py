@@ -35,6 +35,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -635,13 +636,32 @@ class DurableQueueMachine(RuleBasedStateMachine):
             assert seg in store._segments, f"live data in deleted log segment {seg}"
 
 
-DurableQueueMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("DASKQUEUE_MACHINE_EXAMPLES", "100")),
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+#: Examples of the default run (about 0.2 s of CPU each): enough for every rule, crash and
+#: damage kind to come up several times; ``DASKQUEUE_MACHINE_EXAMPLES`` changes it. The
+#: ``slow``-marked run below keeps the long search (``-m slow``).
+DEFAULT_EXAMPLES = int(os.environ.get("DASKQUEUE_MACHINE_EXAMPLES", "30"))
+THOROUGH_EXAMPLES = max(300, DEFAULT_EXAMPLES)
+
+
+def _machine_settings(max_examples: int) -> settings:
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+DurableQueueMachine.TestCase.settings = _machine_settings(DEFAULT_EXAMPLES)
 TestDurableQueueMachine = DurableQueueMachine.TestCase
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+class TestDurableQueueMachineThorough(DurableQueueMachine.TestCase):
+    """The same machine, searched ten times longer."""
+
+    settings = _machine_settings(THOROUGH_EXAMPLES)
 
 
 def _put_blob(items: list) -> bytes:
