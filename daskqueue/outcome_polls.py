@@ -232,19 +232,50 @@ class PollsMixin:
         """While inside, outcomes from these queues are kept aside, not filed; filed on the
         way out. A send with claims holds its queues until its claims are registered, so
         that no outcome of the send lands in the results first (where another caller may
-        take it, and the ``map`` would wait forever). Waits for nothing but the lock."""
-        held: list[int] = []  # the queues held so far: an interruption releases those only
+        take it, and the ``map`` would wait forever). Waits for nothing but the lock.
+
+        Exact under an interruption (a ``KeyboardInterrupt`` between any two lines): the
+        counts are set to values computed first (setting them again is harmless), so an
+        interrupted entry puts back the counts it found, the exit releases only a hold that
+        was taken, and a release interrupted while setting the counts sets them all (an
+        interruption in the lines before it starts still leaves the hold). Counting up one queue at a time and recording it after left a hold
+        taken but unrecorded, never released: that queue's outcomes were never filed."""
+        qs = set(queues)
+        held = False  # whether every hold of ``qs`` was taken (and is released on the way out)
         try:
             with self._lock:
-                for q in set(queues):
-                    self._holds[q] = self._holds.get(q, 0) + 1
-                    held.append(q)
+                before = {q: self._holds.get(q, 0) for q in qs}
+                try:
+                    self._set_holds({q: n + 1 for q, n in before.items()})
+                    held = True
+                except BaseException:
+                    self._set_holds(before)  # as found, however far the counting went
+                    held = False
+                    raise
             yield
         finally:
-            with self._lock:
-                for q in held:
-                    self._holds[q] -= 1
-                    if not self._holds[q]:
-                        del self._holds[q]
+            if held:
+                self._unhold(qs)
+
+    def _unhold(self, qs: set[int]) -> None:
+        """Release a hold of each of ``qs``; file what was kept aside for a queue no longer held."""
+        with self._lock:
+            after = {q: self._holds.get(q, 1) - 1 for q in qs}
+            try:
+                self._set_holds(after)
+            except BaseException:
+                self._set_holds(after)  # the same counts again: the rest of an interrupted setting
+                raise
+            finally:
+                for q, n in after.items():
+                    if not n:
                         for records, dead in self._held.pop(q, ()):
                             self._file(q, records, dead)
+
+    def _set_holds(self, counts: dict[int, int]) -> None:
+        """Set the holds of these queues (under the lock; 0: not held). Idempotent."""
+        for q, n in counts.items():
+            if n > 0:
+                self._holds[q] = n
+            else:
+                self._holds.pop(q, None)
