@@ -98,6 +98,20 @@ class PollsMixin:
                 except Exception as e:  # an optimisation only: the waiting call reports it
                     logger.debug("queue %d: no outcome poll started: %s: %s", q, type(e).__name__, e)
 
+    def forget(self, q: int) -> None:
+        """Queue ``q`` was removed (and its outcomes fetched): drop its long poll in flight,
+        which no poll reads any more (a removed queue is not polled). Polls do it too, for
+        every removed queue (:meth:`_drop_removed`)."""
+        with self._lock:
+            self._long.pop(q, None)
+
+    def _drop_removed(self) -> None:
+        """Drop the long polls of removed queues (under the lock): left in flight by a
+        ``first`` poll or a send's prime, they were kept in ``_long`` for good."""
+        if self.removed and self._long:
+            for q in [q for q in self._long if q in self.removed]:
+                del self._long[q]
+
     def _send(self, q: int, wait_s: float) -> _Fetch:
         """Send a ``fetch_outcomes`` to queue ``q`` with the cursors as they are (under the lock)."""
         cursors = (self._cursors[q], self._dead_cursors[q])
@@ -119,6 +133,7 @@ class PollsMixin:
         what came instead of waiting on the next queue's poll meanwhile.
         """
         with self._lock:
+            self._drop_removed()
             which = [q for q in range(self._n) if q not in self.removed] if queue_index is None else [queue_index]
             # Long polls answered already: applied first, so that fresh fetches carry the
             # cursors they moved to.
