@@ -38,6 +38,10 @@ PRIMED_WAIT_S = defaults.RESULT_POLL_SLICE_S
 #: ``map`` / ``as_completed`` rounds, which a poll answered early would not help.
 PRIME_MAX_MESSAGES = 16
 
+#: How long ``poll(first=True)`` waits on one of its long polls before it looks at the
+#: others (see ``PollsMixin._settle_first``): how late an outcome at another queue may be seen.
+FIRST_SLICE_S = 0.002
+
 
 @dataclass(eq=False)
 class _Fetch:
@@ -157,15 +161,40 @@ class PollsMixin:
                     continue  # still moving after the wait: the next poll asks again
                 fetches.append(fetch)
         start = time.monotonic()
+        if first and wait_s > 0 and len(fetches) > 1:
+            return self._settle_first(fetches, deadline, start + wait_s)
         for fetch in fetches:
-            if first and n and wait_s > 0 and fetch.wait_s > 0 and not fetch.done():
-                continue  # stays in flight (see ``first``)
             if fetch.wait_s > 0 and fetch.sent_at + fetch.wait_s > start + wait_s:
                 # Somebody else's longer poll (a primed one): wait only as long as asked.
                 n += self._settle_fetch(fetch, deadline, until=start + wait_s)
             else:
                 n += self._settle_fetch(fetch, deadline)
         return n
+
+    def _settle_first(self, fetches: list[_Fetch], deadline: float | None, until: float) -> int:
+        """``poll(first=True)``'s wait on its long polls: every answered fetch is applied, and
+        once some brought outcomes their count is returned (the others stay in flight); until
+        then each is waited on in turn for a slice (``FIRST_SLICE_S``), up to ``until``. The
+        fetches are lane calls read by the waiting thread itself or Dask calls, nothing one
+        wait can cover together: waited on one after another, in queue order, an outcome of
+        the last of 32 queues sat unseen until the long polls of the others had ended."""
+        n = 0
+        left = fetches
+        while True:
+            waiting = []
+            for fetch in left:
+                if fetch.done():
+                    n += self._settle_fetch(fetch, deadline)
+                else:
+                    waiting.append(fetch)
+            now = time.monotonic()
+            if n or not waiting or now >= until:
+                return n  # those not answered stay in flight (the next poll reads them)
+            fetch = waiting[0]
+            n += self._settle_fetch(fetch, deadline, until=min(until, now + FIRST_SLICE_S))
+            # In turn, each waited on alike; one applied is not looked at again (one answered
+            # just after its slice is too: it stays in flight, and the next poll applies it).
+            left = waiting[1:] + ([] if fetch.done() else [fetch])
 
     def _settle_fetch(self, fetch: _Fetch, deadline: float | None, until: float | None = None) -> int:
         """Wait for a fetch's answer (outside the lock) and apply it; the outcomes filed.
