@@ -116,6 +116,12 @@ class PollsMixin:
             for q in [q for q in self._long if q in self.removed]:
                 del self._long[q]
 
+    def holds_all(self) -> bool:
+        """Whether every queue a poll asks (those not removed) is held now (see :meth:`holding`):
+        then a poll files nothing until the holds end."""
+        with self._lock:
+            return bool(self._holds) and all(q in self._holds for q in range(self._n) if q not in self.removed)
+
     def _send(self, q: int, wait_s: float) -> _Fetch:
         """Send a ``fetch_outcomes`` to queue ``q`` with the cursors as they are (under the lock)."""
         cursors = (self._cursors[q], self._dead_cursors[q])
