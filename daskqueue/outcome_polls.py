@@ -288,8 +288,9 @@ class PollsMixin:
         counts are set to values computed first (setting them again is harmless), so an
         interrupted entry puts back the counts it found, the exit releases only a hold that
         was taken, and a release interrupted while setting the counts sets them all (an
-        interruption in the lines before it starts still leaves the hold). Counting up one queue at a time and recording it after left a hold
-        taken but unrecorded, never released: that queue's outcomes were never filed."""
+        interruption in the lines before it starts still leaves the hold). Counting up one
+        queue at a time and recording it after left a hold taken but unrecorded, never
+        released: that queue's outcomes were never filed."""
         qs = set(queues)
         held = False  # whether every hold of ``qs`` was taken (and is released on the way out)
         try:
