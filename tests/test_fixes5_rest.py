@@ -13,9 +13,10 @@ from daskqueue import defaults
 from daskqueue.outcome_rest import FIRST_REST_S, MapRest
 
 CAP = defaults.POLL_INTERVAL_S
-#: Empty rounds after any arrival by which the rest is a poll interval: up to ~8 rounds of a
-#: quarter pace (two paces), then at most 6 doublings from 1 ms to 50 ms.
-BOUND = 16
+#: Empty rounds after any arrival by which the rest is a poll interval: up to 20 rounds of a
+#: quarter pace (two paces, or STALLED_S of 1 ms rests), then at most 6 doublings from 1 ms
+#: to 50 ms.
+BOUND = 28
 
 arrivals = st.lists(
     st.tuples(st.floats(min_value=0.0, max_value=5.0),  # time since the previous round with outcomes
