@@ -38,6 +38,10 @@ PRIMED_WAIT_S = defaults.RESULT_POLL_SLICE_S
 #: ``map`` / ``as_completed`` rounds, which a poll answered early would not help.
 PRIME_MAX_MESSAGES = 16
 
+#: How long ``poll(first=True)`` waits on one of its long polls before it looks at the
+#: others (see ``PollsMixin._settle_first``): how late an outcome at another queue may be seen.
+FIRST_SLICE_S = 0.002
+
 
 @dataclass(eq=False)
 class _Fetch:
@@ -98,6 +102,26 @@ class PollsMixin:
                 except Exception as e:  # an optimisation only: the waiting call reports it
                     logger.debug("queue %d: no outcome poll started: %s: %s", q, type(e).__name__, e)
 
+    def forget(self, q: int) -> None:
+        """Queue ``q`` was removed (and its outcomes fetched): drop its long poll in flight,
+        which no poll reads any more (a removed queue is not polled). Polls do it too, for
+        every removed queue (:meth:`_drop_removed`)."""
+        with self._lock:
+            self._long.pop(q, None)
+
+    def _drop_removed(self) -> None:
+        """Drop the long polls of removed queues (under the lock): left in flight by a
+        ``first`` poll or a send's prime, they were kept in ``_long`` for good."""
+        if self.removed and self._long:
+            for q in [q for q in self._long if q in self.removed]:
+                del self._long[q]
+
+    def holds_all(self) -> bool:
+        """Whether every queue a poll asks (those not removed) is held now (see :meth:`holding`):
+        then a poll files nothing until the holds end."""
+        with self._lock:
+            return bool(self._holds) and all(q in self._holds for q in range(self._n) if q not in self.removed)
+
     def _send(self, q: int, wait_s: float) -> _Fetch:
         """Send a ``fetch_outcomes`` to queue ``q`` with the cursors as they are (under the lock)."""
         cursors = (self._cursors[q], self._dead_cursors[q])
@@ -119,6 +143,7 @@ class PollsMixin:
         what came instead of waiting on the next queue's poll meanwhile.
         """
         with self._lock:
+            self._drop_removed()
             which = [q for q in range(self._n) if q not in self.removed] if queue_index is None else [queue_index]
             # Long polls answered already: applied first, so that fresh fetches carry the
             # cursors they moved to.
@@ -142,15 +167,40 @@ class PollsMixin:
                     continue  # still moving after the wait: the next poll asks again
                 fetches.append(fetch)
         start = time.monotonic()
+        if first and wait_s > 0 and len(fetches) > 1:
+            return self._settle_first(fetches, deadline, start + wait_s)
         for fetch in fetches:
-            if first and n and wait_s > 0 and fetch.wait_s > 0 and not fetch.done():
-                continue  # stays in flight (see ``first``)
             if fetch.wait_s > 0 and fetch.sent_at + fetch.wait_s > start + wait_s:
                 # Somebody else's longer poll (a primed one): wait only as long as asked.
                 n += self._settle_fetch(fetch, deadline, until=start + wait_s)
             else:
                 n += self._settle_fetch(fetch, deadline)
         return n
+
+    def _settle_first(self, fetches: list[_Fetch], deadline: float | None, until: float) -> int:
+        """``poll(first=True)``'s wait on its long polls: every answered fetch is applied, and
+        once some brought outcomes their count is returned (the others stay in flight); until
+        then each is waited on in turn for a slice (``FIRST_SLICE_S``), up to ``until``. The
+        fetches are lane calls read by the waiting thread itself or Dask calls, nothing one
+        wait can cover together: waited on one after another, in queue order, an outcome of
+        the last of 32 queues sat unseen until the long polls of the others had ended."""
+        n = 0
+        left = fetches
+        while True:
+            waiting = []
+            for fetch in left:
+                if fetch.done():
+                    n += self._settle_fetch(fetch, deadline)
+                else:
+                    waiting.append(fetch)
+            now = time.monotonic()
+            if n or not waiting or now >= until:
+                return n  # those not answered stay in flight (the next poll reads them)
+            fetch = waiting[0]
+            n += self._settle_fetch(fetch, deadline, until=min(until, now + FIRST_SLICE_S))
+            # In turn, each waited on alike; one applied is not looked at again (one answered
+            # just after its slice is too: it stays in flight, and the next poll applies it).
+            left = waiting[1:] + ([] if fetch.done() else [fetch])
 
     def _settle_fetch(self, fetch: _Fetch, deadline: float | None, until: float | None = None) -> int:
         """Wait for a fetch's answer (outside the lock) and apply it; the outcomes filed.
@@ -232,19 +282,51 @@ class PollsMixin:
         """While inside, outcomes from these queues are kept aside, not filed; filed on the
         way out. A send with claims holds its queues until its claims are registered, so
         that no outcome of the send lands in the results first (where another caller may
-        take it, and the ``map`` would wait forever). Waits for nothing but the lock."""
-        held: list[int] = []  # the queues held so far: an interruption releases those only
+        take it, and the ``map`` would wait forever). Waits for nothing but the lock.
+
+        Exact under an interruption (a ``KeyboardInterrupt`` between any two lines): the
+        counts are set to values computed first (setting them again is harmless), so an
+        interrupted entry puts back the counts it found, the exit releases only a hold that
+        was taken, and a release interrupted while setting the counts sets them all (an
+        interruption in the lines before it starts still leaves the hold). Counting up one
+        queue at a time and recording it after left a hold taken but unrecorded, never
+        released: that queue's outcomes were never filed."""
+        qs = set(queues)
+        held = False  # whether every hold of ``qs`` was taken (and is released on the way out)
         try:
             with self._lock:
-                for q in set(queues):
-                    self._holds[q] = self._holds.get(q, 0) + 1
-                    held.append(q)
+                before = {q: self._holds.get(q, 0) for q in qs}
+                try:
+                    self._set_holds({q: n + 1 for q, n in before.items()})
+                    held = True
+                except BaseException:
+                    self._set_holds(before)  # as found, however far the counting went
+                    held = False
+                    raise
             yield
         finally:
-            with self._lock:
-                for q in held:
-                    self._holds[q] -= 1
-                    if not self._holds[q]:
-                        del self._holds[q]
+            if held:
+                self._unhold(qs)
+
+    def _unhold(self, qs: set[int]) -> None:
+        """Release a hold of each of ``qs``; file what was kept aside for a queue no longer held."""
+        with self._lock:
+            after = {q: self._holds.get(q, 1) - 1 for q in qs}
+            try:
+                self._set_holds(after)
+            except BaseException:
+                self._set_holds(after)  # the same counts again: the rest of an interrupted setting
+                raise
+            finally:
+                for q, n in after.items():
+                    if not n:
                         for records, dead in self._held.pop(q, ()):
                             self._file(q, records, dead)
+
+    def _set_holds(self, counts: dict[int, int]) -> None:
+        """Set the holds of these queues (under the lock; 0: not held). Idempotent."""
+        for q, n in counts.items():
+            if n > 0:
+                self._holds[q] = n
+            else:
+                self._holds.pop(q, None)

@@ -63,13 +63,18 @@ def test_a_streams_long_poll_of_every_queue_returns_with_the_first_queues_outcom
 
 class ScriptedPool:
     """What ``Streaming._wait`` uses of a pool: ``outcomes.poll`` (each poll notes whether a
-    chunk's send was under way when it was made) and the consumer checks."""
+    chunk's send was under way when it was made), ``collector.holds_all`` (the send holds
+    every queue) and the consumer checks."""
 
     def __init__(self, sends, first_poll_done):
         self.sends = sends
         self.first_poll_done = first_poll_done
         self.polls: list[bool] = []
         self.outcomes = self
+        self.collector = self
+
+    def holds_all(self):
+        return True
 
     def poll(self, *, wait_s=0.0, deadline=None, queue_index=None, first=False):
         self.polls.append(self.sends.under_way())

@@ -55,6 +55,9 @@ CHUNK_ROUNDS = 2
 
 #: The longest a wait holds one fetch of outcomes (a long poll), between its checks.
 _WAIT_SLICE_S = defaults.POLL_INTERVAL_S
+#: The wait of a stream's poll while a send holds some of the queues polled, not all (see
+#: ``StreamingMixin._wait``): how late outcomes filed as the send ends may be seen.
+_SENDING_SLICE_S = 0.005
 
 def default_window(put_batch_size: int, n_queues: int) -> int:
     """The default window: ``WINDOW_ROUNDS`` rounds of full put batches over the queues."""
@@ -371,21 +374,26 @@ class Streaming:
         try:
             while not stream.has_ready():
                 sends.check()
-                # While a chunk is being put, what a poll fetches from its queues is held
-                # until that send ends (Sends.wait_under_way): fetched without a wait, then
-                # the send is waited for; a long poll would wait past the moment it is filed.
+                # While a chunk is being put, what a poll fetches from the queues it puts to
+                # is held until that send ends (Sends.wait_under_way). If it holds every
+                # queue: fetched without a wait, then the send is waited for (a long poll
+                # would wait past the moment it is filed). If it holds some (a stream routed
+                # by ``queue=``/``key=``): short slices of a long poll, so that outcomes at the
+                # queues it does not hold are seen as they come, and those held soon after
+                # the send ends (waiting on the send hid the others' for up to a slice).
                 sending = sends.under_way()
-                arrived = self.outcomes.poll(wait_s=0.0 if sending else _WAIT_SLICE_S, deadline=deadline, first=True)
+                held = sending and self.collector.holds_all()  # type: ignore[attr-defined]
+                wait_s = 0.0 if held else _SENDING_SLICE_S if sending else _WAIT_SLICE_S
+                arrived = self.outcomes.poll(wait_s=wait_s, deadline=deadline, first=True)
                 if stream.has_ready():
                     return
                 if deadline is not None and time.monotonic() > deadline:
                     raise JoinTimeoutError(timeout_s or 0.0, {"in_flight": stream.put - stream.yielded,
                                                               "yielded": stream.yielded})
-                if sending:
+                if held:
                     left = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
                     sends.wait_under_way(left)
-                    continue
-                if arrived == 0:
+                if arrived == 0:  # during a send too: consumers stopped meanwhile are noticed
                     self.check_scheduler()  # type: ignore[attr-defined]
                     if not self.has_running_consumers():  # type: ignore[attr-defined]
                         self._no_consumers(stream, deadline)
