@@ -1,9 +1,10 @@
 """The actor shell around :class:`~daskqueue.queue.core.QueueCore`: the data plane and the
 lifecycle.
 
-Adds what the core leaves out: the clock, long-polling waiters, the function table and put
-tokens, settling, and storage hooks a durable subclass fills in. The rest of the shell is one module
-per job, each a mixin of :class:`QueueActorBase`:
+Adds what the core leaves out: the clock, the events long-polling waiters wait on, settling
+(``settle``), ``stats`` and ``close``, the state the jobs below share (the function table and
+the put tokens among it), and storage hooks a durable subclass fills in. The rest of the
+shell is one module per job, each a mixin of :class:`QueueActorBase`:
 
 * :mod:`~daskqueue.queue.putting`: puts (``put_batch``), their checks and tokens;
 * :mod:`~daskqueue.queue.leasing`: leasing to consumers (the long poll), extending and
