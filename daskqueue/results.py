@@ -3,7 +3,8 @@
 Results ride on the consumers' acks into the queue that held the message; the client fetches
 them in bulk with a cursor per queue (fetching with a cursor also lets the queue drop what the
 client has). Ranges of a ``map`` call are *claimed* so that their results land in the map's
-output list by input position instead of in the ``{id: value}`` dict.
+output list by input position instead of in the ``{id: value}`` dict (a
+:class:`~daskqueue.map_claim.MapClaim`, re-exported here).
 
 How the fetches go (polls in flight, no lock across the network, holds of sends with
 claims): :mod:`daskqueue.outcome_polls`.
@@ -15,13 +16,13 @@ import bisect
 import logging
 import pickle
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from daskqueue.arrivals import Arrivals, Cursor
 from daskqueue.claims import ClaimsMixin
 from daskqueue.dead_letter import DeadLetter, dead_letter_of
 from daskqueue.errors import RemoteTaskError, SerializationError
+from daskqueue.map_claim import MapClaim
 from daskqueue.messages import MAX_QUEUES, decode_error, make_id, split_id
 from daskqueue.moved import MovedIds
 from daskqueue.outcome_drain import DrainMixin
@@ -33,46 +34,6 @@ from daskqueue.serialize import ResultRecord
 __all__ = ["ResultCollector", "MapClaim", "DeadLetter", "dead_letter_of", "PRIME_MAX_MESSAGES", "PRIMED_WAIT_S"]
 
 logger = logging.getLogger("daskqueue")
-
-
-@dataclass(eq=False)
-class MapClaim:
-    """The output of one ``map`` call: values by input position, and failures.
-
-    ``settled`` counts positions, not deliveries: under at-least-once delivery an outcome
-    may arrive twice, and the map is complete only once every position has one. A success
-    replaces a failure of the same position (a replayed dead letter), never the reverse.
-    """
-
-    n: int
-    values: list[Any] = field(default_factory=list)
-    failures: dict[int, RemoteTaskError] = field(default_factory=dict)
-    settled: int = 0
-
-    def __post_init__(self) -> None:
-        self.values = [None] * self.n
-        self._done = bytearray(self.n)  # 1: a position's outcome arrived
-
-    @property
-    def complete(self) -> bool:
-        return self.settled >= self.n
-
-    def succeed(self, position: int, values: list[Any]) -> None:
-        """Results of positions ``position ..`` arrived."""
-        end = position + len(values)
-        self.values[position:end] = values
-        self.settled += end - position - self._done[position:end].count(1)
-        self._done[position:end] = b"\x01" * (end - position)
-        if self.failures:
-            for p in range(position, end):
-                self.failures.pop(p, None)
-
-    def fail(self, position: int, error: RemoteTaskError) -> None:
-        """The final failure of ``position`` arrived (ignored if its outcome is known)."""
-        if not self._done[position]:
-            self._done[position] = 1
-            self.settled += 1
-            self.failures[position] = error
 
 
 class ResultCollector(ClaimsMixin, PollsMixin, DrainMixin):

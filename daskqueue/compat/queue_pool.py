@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Sequence
 
@@ -41,10 +42,18 @@ def _takes_keyword(func: Callable[..., Any], name: str) -> bool:
     return any(p.kind == p.VAR_KEYWORD or (p.name == name and p.kind != p.POSITIONAL_ONLY) for p in params)
 
 
-def _check_worker_class(worker_class: Any) -> None:
-    from daskqueue.consumer.general import GeneralConsumer
+def _runs_tasks(worker_class: Any) -> bool:
+    """Whether ``worker_class`` is a ``GeneralConsumer`` (sub)class. No subclass can exist
+    before its module is imported, so the module is looked up, not imported: an import
+    here would close a cycle (queue.pool -> this mixin -> the consumer package -> get_pool()'s
+    handles -> queue.pool)."""
+    general = sys.modules.get("daskqueue.consumer.general")
+    return (general is not None and isinstance(worker_class, type)
+            and issubclass(worker_class, general.GeneralConsumer))
 
-    if not (isinstance(worker_class, type) and issubclass(worker_class, GeneralConsumer)):
+
+def _check_worker_class(worker_class: Any) -> None:
+    if not _runs_tasks(worker_class):
         raise NotATaskConsumerError(
             f"worker_class={worker_class!r}: tasks run on a GeneralConsumer (0.2.0's worker_class is not "
             "needed: drop it, and give the consumer class to ConsumerPool(ConsumerClass=))")

@@ -10,7 +10,8 @@ Who runs what:
 :class:`ConsumerBase` is the actor and the user's extension point; it composes the parts
 that do the work, each in its own module: the calls to the queues with their deadlines
 (``calls``), where to fetch from (``fetching``), how much to fetch (``sizer``, pure), the
-run slots (``running``) and the settlements and lease extension (``settling``).
+run slots (``running``), the settlements and lease extension (``settling``), and reading
+payloads and task functions on the run threads (``payloads``).
 """
 
 from __future__ import annotations
@@ -30,30 +31,20 @@ from daskqueue.consumer.counters import DURATION_BUCKETS_S, ConsumerStats, Count
 from daskqueue.consumer.fetching import FetchPolicy
 from daskqueue.consumer.isolate import ProcessRunner
 from daskqueue.consumer.limits import run_limited
+from daskqueue.consumer.payloads import PayloadReader
 from daskqueue.consumer.running import RunSlots, SlotConfig
 from daskqueue.consumer.settling import Settler
 from daskqueue.consumer.sizer import BatchSizer
 from daskqueue.consumer.task_pools import TaskPools
-from daskqueue.lru import LRU
-from daskqueue.messages import Kind, Message, Task, error_from_exception, make_id
+from daskqueue.messages import Message, error_from_exception, make_id
 from daskqueue.queue.handles import bind_local, queue_identity, released_actor
 from daskqueue.queue.producer_results import segment_producers
-from daskqueue.serialize import Segment, loads
 
 __all__ = ["ConsumerBase", "ConsumerStats", "Batch", "Outcome", "DURATION_BUCKETS_S", "Isolation"]
 
 logger = logging.getLogger("daskqueue")
 
 Isolation = Literal["auto", "process", "thread"]
-
-
-class _Unreadable:
-    """The payload of an item of a packed segment that could not be unpickled."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
 
 
 class ConsumerBase:
@@ -111,12 +102,10 @@ class ConsumerBase:
         self._halt_items = False
         self._setup_lock = threading.Lock()
         self._setup_done = False
-        # digest -> pickled function (from the queues), and unpickled (on a run thread): the
-        # newest used only, so that a new function per request does not grow them for good.
-        # A batch carries its own pickles (Batch.funcs) in case one is evicted before it runs.
-        self._func_bytes: LRU[bytes, bytes] = LRU(defaults.CONSUMER_FUNCTION_CACHE_ENTRIES)
-        self._funcs: LRU[bytes, Any] = LRU(defaults.CONSUMER_FUNCTION_CACHE_ENTRIES)
-        self._running = threading.local()  # .funcs: the pickles of the batch this thread runs
+        # Function caches, bounded; a batch carries its own pickles (Batch.funcs) in case one
+        # is evicted before it runs. The fetcher fills the pickled one (_func_bytes).
+        self._payloads = PayloadReader(defaults.CONSUMER_FUNCTION_CACHE_ENTRIES)
+        self._func_bytes = self._payloads.pickled
         self._isolation = isolation
         self._child_spec = child_spec  # builds this consumer's twin in a child process
         self._task_pools = TaskPools(pool_spec)  # what daskqueue.get_pool() in a task gives
@@ -267,7 +256,8 @@ class ConsumerBase:
         """How many functions this consumer holds: pickled, unpickled, and in its child
         process (each bounded by ``defaults.CONSUMER_FUNCTION_CACHE_ENTRIES``)."""
         process = self._slots.process
-        return {"pickled": len(self._func_bytes), "unpickled": len(self._funcs),
+        pickled, unpickled = self._payloads.counts()
+        return {"pickled": pickled, "unpickled": unpickled,
                 "child": 0 if process is None else process.child_functions}
 
     # -- the pool's messages (actor methods) ----------------------------------------------------
@@ -331,7 +321,7 @@ class ConsumerBase:
         with the error given there, unrun: a child process finding which item kills it
         (``daskqueue.consumer.isolate``) runs batches so; the fast path is ``run_batch``."""
         started = time.perf_counter()
-        self._running.funcs = batch.funcs  # what _function falls back to (also in a run_batch override)
+        self._payloads.run_with(batch.funcs)  # what a function is read from if evicted (any run_batch)
         producers.running_in(self._pool_handles())
         try:
             if not self._setup_done:
@@ -349,7 +339,7 @@ class ConsumerBase:
             outcome = Outcome(batch.count, dict.fromkeys(range(batch.count), error), set(),
                               [None] * batch.count)
         finally:
-            self._running.funcs = None
+            self._payloads.run_with(None)
             producers.running_in(None)
         outcome.producers = segment_producers(batch.segments)  # results are cut by producer
         return outcome, time.perf_counter() - started
@@ -375,10 +365,7 @@ class ConsumerBase:
         pos = 0
         for seg in batch.segments:
             producers.set_producer(seg.producer)
-            try:  # a packed segment is unpickled once: if that fails, each of its items fails
-                values = seg.values() if seg.packed else None
-            except Exception as e:
-                values = [_Unreadable(e)] * seg.count
+            values = self._payloads.values(seg)  # a packed segment's, unpickled once
             for j, payload in enumerate(seg.payloads() if values is None else values):
                 if self._halt_items:
                     return Outcome(pos, errors, fatal, results)
@@ -392,7 +379,7 @@ class ConsumerBase:
                 try:
                     message = Message(
                         make_id(batch.queue_index, seg.first_seq + j),
-                        self._payload_data(seg, payload, values is not None),
+                        self._payloads.data(seg, payload, values is not None),
                         seg.type,
                         seg.priority,
                         seg.key,
@@ -407,30 +394,3 @@ class ConsumerBase:
                     results.append(None)
                 pos += 1
         return Outcome(pos, errors, fatal, results)
-
-    def _payload_data(self, seg: Segment, payload: Any, loaded: bool = False) -> Any:
-        """A message's ``data`` from its payload bytes (or its unpickled payload if ``loaded``)."""
-        value = payload if loaded else loads(payload)
-        if type(value) is _Unreadable:
-            raise value.error.with_traceback(None)  # the same error for each item, one traceback
-        if seg.kind == Kind.RAW:
-            return value
-        func = self._function(seg.digest)
-        if seg.kind == Kind.CALL:
-            return Task(func, value)
-        args, kwargs = value
-        return Task(func, args, kwargs)
-
-    def _function(self, digest: bytes | None) -> Any:
-        """The function of ``digest``: from the caches, else from the pickles of the batch this
-        thread runs (the caches are bounded and may have evicted it since the fetch)."""
-        func = self._funcs.get(digest)  # type: ignore[arg-type]
-        if func is None:
-            data = self._func_bytes.get(digest)  # type: ignore[arg-type]
-            if data is None:
-                data = (getattr(self._running, "funcs", None) or {}).get(digest)
-            if data is None:
-                raise LookupError(f"function {digest!r} is unknown to this consumer's queue")
-            func = loads(data)
-            self._funcs.put(digest, func)  # type: ignore[arg-type]
-        return func

@@ -47,7 +47,7 @@ class GeneralConsumer(ConsumerBase):
                 if seg.kind == Kind.RAW:
                     raise InvalidTaskError("GeneralConsumer runs tasks; got a raw item. "
                                            "Use a ConsumerBase subclass for raw items.")
-                func = self._function(seg.digest)
+                func = self._payloads.function(seg.digest)
                 # Unpickled once for the whole segment: if that fails, every task of it fails.
                 values, one_argument = seg.unpacked() if seg.packed else (None, False)
             except Exception as e:

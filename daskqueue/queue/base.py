@@ -1,10 +1,12 @@
 """The actor shell around :class:`~daskqueue.queue.core.QueueCore`: the data plane and the
 lifecycle.
 
-Adds what the core leaves out: the clock, long-polling waiters, the function table and put
-tokens, and storage hooks a durable subclass fills in. The rest of the shell is one module
-per job, each a mixin of :class:`QueueActorBase`:
+Adds what the core leaves out: the clock, the events long-polling waiters wait on, settling
+(``settle``), ``stats`` and ``close``, the state the jobs below share (the function table and
+the put tokens among it), and storage hooks a durable subclass fills in. The rest of the
+shell is one module per job, each a mixin of :class:`QueueActorBase`:
 
+* :mod:`~daskqueue.queue.putting`: puts (``put_batch``), their checks and tokens;
 * :mod:`~daskqueue.queue.leasing`: leasing to consumers (the long poll), extending and
   taking leases back;
 * :mod:`~daskqueue.queue.sweeper`: the sweeper task (lease expiry, delayed messages,
@@ -36,22 +38,17 @@ queue runs behind the gate (:mod:`~daskqueue.queue.gate`).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import time
-from array import array
 from dataclasses import dataclass
 from typing import Any
 
 from daskqueue import defaults, metrics
 from daskqueue.errors import (
     LeaseExpiredError,
-    PackedGroupRefusedError,
-    PayloadTooLargeError,
     QueueClosedError,
     QueueHandedOffError,
-    UnknownFunctionsError,
 )
 from daskqueue.queue.core import Chunk, QueueCore, Settlement
 from daskqueue.queue.functions import FunctionsMixin, FunctionTable
@@ -61,13 +58,14 @@ from daskqueue.queue.handoff import HandoffMixin
 from daskqueue.queue.leasing import LeasingMixin
 from daskqueue.queue.moving import FENCE_CHECK_S, MovingMixin
 from daskqueue.queue.outbox import OutboxMixin
-from daskqueue.queue.payload import ChunkPayload, detach_payload, packed_payload, ran_ranges, ranges_of
+from daskqueue.queue.payload import ChunkPayload, detach_payload, ran_ranges
 from daskqueue.queue.peer_state import WORK_ANNOUNCE_S
 from daskqueue.queue.peers import PeersMixin
 from daskqueue.queue.policy import FIFO, TypePolicy
+from daskqueue.queue.putting import TOKENS_KEPT, PuttingMixin
 from daskqueue.queue.sweeper import LOAD_REPORT_S, SweeperMixin
 from daskqueue.queue.producer_results import span_producers
-from daskqueue.serialize import ResultRecord, decode_put, decode_settle
+from daskqueue.serialize import ResultRecord, decode_settle
 
 __all__ = ["QueueActorBase", "QueueStats", "ChunkPayload", "TOKENS_KEPT", "detach_payload",
            "LOAD_REPORT_S", "WORK_ANNOUNCE_S", "FENCE_CHECK_S"]
@@ -77,11 +75,6 @@ logger = logging.getLogger("daskqueue")
 #: Lease ids of a queue actor start at a random 48-bit number shifted by 16 bits: a reopened
 #: durable queue never reuses the ids its previous incarnation handed out.
 _LEASE_ID_BASE_BITS = 48
-
-#: How many recent put tokens a queue remembers, to answer a retried put (one whose answer
-#: was lost when the queue moved) with the ids it already got instead of storing it again.
-TOKENS_KEPT = 10_000
-
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
@@ -110,8 +103,8 @@ class QueueStats:
         return self.ready + self.delayed + self.leased
 
 
-class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, PeersMixin, SweeperMixin, FunctionsMixin,
-                     GateMixin, LaneMixin):
+class QueueActorBase(PuttingMixin, LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, PeersMixin, SweeperMixin,
+                     FunctionsMixin, GateMixin, LaneMixin):
     """Shared shell of the queue actors; see :class:`TransientQueue` for the public contract."""
 
     kind = "base"
@@ -223,109 +216,6 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
 
     def _close_storage(self) -> None:
         """Release storage on close."""
-
-    # -- putting --------------------------------------------------------------------------------
-
-    async def _put_now(self, blob: bytes, token: bytes | None = None, producer: int = 0) -> list[tuple[int, int]]:
-        """Enqueue a put blob; return ``(first_seq, count)`` per group of the blob, in order.
-
-        ``put_batch``'s own body, never wrapped: a durable queue under ``fsync="always"``
-        wraps the actor method ``put_batch`` so that its answer waits for the sync (an
-        await), and callers that must act before any consumer can lease what they put
-        (``adopt``, ``replay_dead``: the moved record of an attached producer goes first)
-        call this instead; their own answers are wrapped and wait for the sync.
-
-        ``producer`` (a tag, 0: the pool's owner) is the producer handle that reads these
-        messages' outcomes; a group that names its own (a moved one) keeps it.
-
-        A group that storage splits into several chunks still gets one range: its chunks are
-        made one after the other, so their sequence numbers are consecutive. A put with the
-        ``token`` of a put this queue stored already (a retry whose first answer was lost)
-        stores nothing and gets the first one's answer.
-        """
-        if self._paused is not None:  # the gate; see _unpaused
-            await self._unpaused()
-        self._start()
-        funcs, groups = decode_put(blob)
-        if producer:
-            groups = [g if g.producer else dataclasses.replace(g, producer=producer) for g in groups]
-            self._hear_producer(producer)
-        if token is not None and token in self._tokens:
-            return ranges_of(self._tokens[token], groups)
-        new_funcs, unknown = self._funcs.to_store({g.digest for g in groups if g.digest is not None}, funcs)
-        if unknown:  # evicted since the client sent them: it sends them again
-            raise UnknownFunctionsError(sorted(unknown))
-        for g in groups:
-            self._check_group(g)
-        now = self._now()
-        chunks = []
-        ranges = []
-        for group in groups:
-            first = None
-            for g in self._fit_groups([group]) if not group.packed else [group]:
-                chunk = self._core.new_chunk(
-                    g.count, priority=g.priority, payload=_payload_of(g), meta=g.meta(), type=g.type, key=g.key,
-                )
-                chunks.append((chunk, g.delay_now()))
-                first = chunk.base_seq if first is None else first
-            ranges.append((first, group.count))
-        self._on_put(chunks, new_funcs, now, token, ranges)  # raises (nothing enqueued) if storage fails
-        self._remember_token(token, ranges)
-        self._funcs.add(new_funcs)
-        for chunk, delay_s in chunks:
-            self._core.put(chunk, now=now, not_before=now + delay_s if delay_s > 0 else None)
-        self._sweep_functions_if_due()  # after the put: its functions are in use
-        if not self._reported_work or any(d > 0 for _, d in chunks):  # a load report, a due time
-            self._reschedule()
-        self._notify_ready()
-        self._work_changed()
-        return ranges
-
-    async def put_batch(self, blob: bytes, token: bytes | None = None, producer: int = 0) -> list[tuple[int, int]]:
-        """Enqueue a put blob; the actor method (see ``_put_now``, its body, for the contract)."""
-        ranges = await self._put_now(blob, token, producer)
-        if self._getters:
-            # Long polls were waiting here: let them take the work before this answer is
-            # written (after an idle gap the write takes 0.3-0.6 ms, and a consumer on this
-            # worker would start the task only after it; the producer waits on the
-            # outcome, not on this answer). Their wake-ups are already on the loop.
-            await asyncio.sleep(0)
-        return ranges
-
-    def _check_group(self, g: Any) -> None:
-        """Refuse a put group this queue cannot hold: a payload over ``max_message_bytes``
-        (:class:`PayloadTooLargeError`; a packed blob counts whole: clients pack no more than
-        the limit), a packed group where storage keeps one record per message
-        (:class:`PackedGroupRefusedError`)."""
-        if not g.packed:
-            self._check_sizes(g.offsets)
-            return
-        if not self.stores_packed:
-            raise PackedGroupRefusedError(self.index, self.kind)
-        if len(g.data) > self.max_message_bytes:
-            raise PayloadTooLargeError(len(g.data), self.max_message_bytes)
-
-    def _check_sizes(self, offsets_bytes: bytes) -> None:
-        offs = array("I")
-        offs.frombytes(offsets_bytes)
-        if len(offs) and offs[-1] - offs[0] > self.max_message_bytes:
-            biggest = max(b - a for a, b in zip(offs, offs[1:]))
-            if biggest > self.max_message_bytes:
-                raise PayloadTooLargeError(biggest, self.max_message_bytes)
-
-    def _remember_token(self, token: bytes | None, ranges: list[tuple[int, int]]) -> None:
-        if token is None or not ranges:
-            return
-        self._tokens[token] = (ranges[0][0], sum(n for _, n in ranges))
-        if len(self._tokens) > TOKENS_KEPT:  # dicts keep insertion order: drop the oldest
-            del self._tokens[next(iter(self._tokens))]
-
-    def _remember_outcome_token(self, token: bytes | None) -> None:
-        if token is None:
-            return
-        self._outcome_tokens[token] = None
-        if len(self._outcome_tokens) > TOKENS_KEPT:
-            del self._outcome_tokens[next(iter(self._outcome_tokens))]
 
     # -- settling -------------------------------------------------------------------------------
 
@@ -445,15 +335,6 @@ class QueueActorBase(LeasingMixin, OutboxMixin, MovingMixin, HandoffMixin, Peers
         await self._stop_sweeper()
         await self._unpaused()  # a compaction run by compact() still owns the storage
         await self._stop_lane()  # last: calls it carried were answered or refused above
-
-
-def _payload_of(g: Any) -> ChunkPayload:
-    """The stored payload of put group ``g``."""
-    if g.packed:
-        return packed_payload(g.data, g.packed, g.first)
-    offsets = array("I")
-    offsets.frombytes(g.offsets)
-    return ChunkPayload(offsets, g.data)
 
 
 def _here() -> str:

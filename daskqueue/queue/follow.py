@@ -31,8 +31,9 @@ from daskqueue import defaults, registry
 from daskqueue.errors import QueueLostError
 from daskqueue.queue.actors import Unplaced
 from daskqueue.queue.demand import Demand
-from daskqueue.queue.handles import DirectActor, call_all, direct_handles, free_actor, queue_ref
+from daskqueue.queue.handles import DirectActor, call_all, direct_handles, free_actor
 from daskqueue.queue.handoff import handoff_pending
+from daskqueue.queue.pool_peers import PoolPeers
 from daskqueue.queue.successors import Start, Submitted, confirm_hand_off
 
 __all__ = ["Follower", "confirm_hand_off"]
@@ -52,7 +53,7 @@ class Follower:
         self.parked: dict[int, bytes | None] = {}
         self.demand = Demand(pool, self.table.resting)  # resting queues that asked for a worker
         self.awaiting_worker: set[int] = set()  # durable queues to reopen when a worker joins
-        self.slots: dict[str, int] = {}  # consumer pool id -> its running slots (typed pools)
+        self.peers = PoolPeers(self.table)  # what the queues are told of each other and the slots
         self._starting: dict[int, Start] = {}
         self._hand_off_again: set[int] = set()  # hand-offs that failed: tried on the next event
         self._lock = threading.RLock()
@@ -381,32 +382,12 @@ class Follower:
         self.share_peers()
         registry.register_pool(self.pool)
 
-    # -- peers and slots ------------------------------------------------------------------------
+    # -- peers and slots (see PoolPeers) --------------------------------------------------------
 
     def share_peers(self) -> None:
-        """Tell every queue where the others are (they announce to each other when they
-        have work) and, in a typed pool, the consumer pools' slots: at start, and after a
-        queue moved (its successor starts knowing nothing). Every queue gets it, a pool's
-        only one too: the call starts its housekeeping."""
-        table = self.table
-        # A resting queue has no actor to announce to: it hears of the others when it starts.
-        refs = [None if i in table.removed or i in table.resting else queue_ref(h) for i, h in enumerate(table.handles)]
-        live = [(f"queue {i}", h) for i, h in table.in_service()]
-        failed = call_all(live, "set_peers", refs, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
-        for owner, slots in list(self.slots.items()):
-            failed += call_all(live, "set_slots", owner, slots, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
-        if failed:
-            logger.warning("telling the queues their peers and slots failed: %s", failed)
+        """Tell every queue where the others are, and the consumers' slots (:meth:`PoolPeers.share`)."""
+        self.peers.share()
 
     def set_slots(self, owner: str, slots: int, *, typed: bool) -> None:
-        """Consumer pool ``owner`` runs ``slots`` batches at once (0: stopped or closed)."""
-        if not typed or self.slots.get(owner, 0) == slots:
-            return
-        self.slots[owner] = slots
-        if not slots:
-            del self.slots[owner]
-        live = [(f"queue {i}", h) for i, h in self.table.in_service()]
-        failed = call_all(live, "set_slots", owner, slots, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
-        if failed:
-            logger.warning("telling the queues the consumers' slots failed: %s", failed)
-
+        """Consumer pool ``owner`` runs ``slots`` batches at once (:meth:`PoolPeers.set_slots`)."""
+        self.peers.set_slots(owner, slots, typed=typed)

@@ -17,8 +17,8 @@ once instead of waiting on a dead address.
 Other producers (a second client attached by name, a handle inside a task, a pickled pool)
 are :mod:`~daskqueue.queue.pool_producers`' and :mod:`~daskqueue.queue.attached`'s.
 
-The interface of a consumer pool to its queue pool (and back) is explicit: the queue pool
-offers :meth:`QueuePool.register_consumer_pool`, :meth:`~QueuePool.queue_refs`, :attr:`~QueuePool.homes`,
+The interface of a consumer pool to its queue pool (and back) is explicit
+(:mod:`~daskqueue.queue.pool_consumers`): the queue pool offers :meth:`QueuePool.register_consumer_pool`, :meth:`~QueuePool.queue_refs`, :attr:`~QueuePool.homes`,
 :meth:`~QueuePool.lost_addresses`, :meth:`~QueuePool.set_slots`,
 :meth:`~QueuePool.check_scheduler`, :attr:`~QueuePool.outcomes`, :attr:`~QueuePool.closed`;
 a consumer pool answers ``on_queues_changed()``, ``on_queue_moved(q, handle)`` and
@@ -48,10 +48,11 @@ from daskqueue.queue.config import Durability, FsyncPolicy, PoolConfig, default_
 from daskqueue.queue.actors import NO_WORKERS_HINT, Unplaced, actor_args, can_grow, queue_kwargs, start_actors
 from daskqueue.queue.directory import removed_queues
 from daskqueue.queue.follow import Follower
-from daskqueue.queue.handles import direct_handles, queue_ref
+from daskqueue.queue.handles import direct_handles
 from daskqueue.queue.options import MAX_TIME_LIMIT_S, Eta, eta_epoch_s
 from daskqueue.queue.policy import Scheduler
 from daskqueue.queue.pool_async import QueuePoolAsync
+from daskqueue.queue.pool_consumers import ServesConsumerPools
 from daskqueue.queue.pool_settings import PoolSettings
 from daskqueue.queue.resize import add_queues, remove_queue, take_out
 from daskqueue.queue.router import Router
@@ -77,7 +78,7 @@ _open_dirs: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary(
 
 
 class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Taking, QueuePoolAsync,
-                OpensOnAwait, Executing):
+                OpensOnAwait, Executing, ServesConsumerPools):
     """A pool of ``n_queues`` queue actors on the cluster of ``client``.
 
     Messages are routed round-robin, one put batch at a time; a call's messages are spread
@@ -233,7 +234,7 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
         self.sender = Sender(self.table, self.router, self.collector)
         self.outcomes = Outcomes(self.collector, self.table, consumers_running=self.has_running_consumers)
         self.follower = Follower(self, direct=direct_to_workers)
-        self._consumer_pools: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._init_consumer_pools()
         if self.durability == "durable":
             for q in sorted(removed_queues(self.dirpath) & set(range(n))):  # type: ignore[arg-type]
                 take_out(self, q)  # drained and taken out by an earlier pool on this directory
@@ -266,47 +267,6 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
     def queues(self) -> list[Any]:
         """The queue actors' handles by queue index (a removed queue's stays in its place)."""
         return [] if self.table is None else self.table.handles
-
-    # -- what a consumer pool asks of its queue pool --------------------------------------------
-
-    def register_consumer_pool(self, consumer_pool: Any) -> None:
-        """A ``ConsumerPool`` works on this pool: it hears of moves (``on_queue_moved``),
-        resizes (``on_queues_changed``) and retiring workers (``on_workers_retiring``), and
-        ``map`` checks one is running. (Was ``attach(consumer_pool)``, which still works.)"""
-        self._consumer_pools.add(consumer_pool)
-
-    def consumer_pools(self) -> list[Any]:
-        return list(self._consumer_pools)
-
-    def has_running_consumers(self) -> bool:
-        return any(cp.running for cp in self.consumer_pools())
-
-    def queue_refs(self) -> list[Any]:
-        """What consumers call: ``queue_ref`` tuples by queue index, None for a removed one."""
-        table = self.table
-        return [None if i in table.removed else queue_ref(h) for i, h in enumerate(table.handles)]
-
-    @property
-    def homes(self) -> list[int]:
-        """The queues consumers take as homes, in turn: those new messages go to."""
-        return list(self.router.targets)
-
-    def lost_addresses(self) -> list[str]:
-        """The workers queues of this pool were lost with."""
-        return self.table.lost_addresses()
-
-    def serving(self) -> dict[int, Any]:
-        """``{index: handle}`` of the queues that serve now (not removed, lost or moving)."""
-        return dict(self.table.in_service())
-
-    def set_slots(self, owner: str, slots: int) -> None:
-        """Consumer pool ``owner`` runs ``slots`` batches at once (0: stopped or closed); a
-        typed pool shares its running slots out by type."""
-        self.follower.set_slots(owner, slots, typed=self.router.typed)
-
-    def check_scheduler(self) -> None:
-        """Raise :class:`SchedulerLostError` if the client has lost its scheduler."""
-        self.table.check_scheduler()
 
     @property
     def _collector(self) -> ResultCollector:  # the spelling tests and benchmarks read
