@@ -81,10 +81,13 @@ class InterruptGuard:
         return self
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
-        previous, self._previous = self._previous, None
+        previous = self._previous
         if previous is None:
             return
+        # The handler goes back before ``_previous`` is cleared: a SIGINT in between still
+        # finds a handler to hand it to (see _handle).
         _signal.signal(_signal.SIGINT, previous)
+        self._previous = None
         pending, self.pending = self.pending, None
         if pending is not None and exc_type is None:
             # Not handed on here: its KeyboardInterrupt would leave the ``with`` with nothing
@@ -105,8 +108,10 @@ class InterruptGuard:
         if self.deferring:
             self.pending = (signum, frame)
             return
+        # None only as ``__exit__`` ends (the handler it restores is in place then): the default.
+        previous = self._previous or _signal.default_int_handler
         try:
-            self._previous(signum, frame)  # type: ignore[misc]
+            previous(signum, frame)
         except BaseException:
             self.deferring = True  # the interruption is handled with interrupts deferred
             raise
