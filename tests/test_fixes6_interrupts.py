@@ -54,6 +54,84 @@ def sigint_handler():
     signal.signal(signal.SIGINT, before)
 
 
+def test_a_ctrl_c_as_a_send_fails_is_raised_from_its_error_with_the_stored_ids(monkeypatch, sigint_handler):
+    # Without the fix the ValueError was raised and the Ctrl-C dropped.
+    sender = failing_sender(monkeypatch, on_failure=lambda: signal.raise_signal(signal.SIGINT))
+    with pytest.raises(KeyboardInterrupt) as info:
+        sender.send([batch()], n=N, queues=[0])
+    assert isinstance(info.value.__cause__, ValueError)
+    assert info.value.stored_ids == [None] * N
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_ctrl_c_as_a_send_fails_reaches_a_handler_that_raises_nothing(monkeypatch, sigint_handler):
+    calls = []
+    signal.signal(signal.SIGINT, lambda signum, frame: calls.append(signum))
+    sender = failing_sender(monkeypatch, on_failure=lambda: signal.raise_signal(signal.SIGINT))
+    with pytest.raises(ValueError) as info:
+        sender.send([batch()], n=N, queues=[0])
+    assert calls == [signal.SIGINT]  # without the fix: never called
+    assert info.value.stored_ids == [None] * N
+
+
+def interrupted_by_bookkeeping(monkeypatch, read):
+    """A sender whose one put goes out, whose outcome-poll priming then fails (a
+    RuntimeError: the interruption), and whose reading of that put's answer is ``read``."""
+    sender = Sender(None, None, SimpleNamespace(prime=lambda queues: (_ for _ in ()).throw(RuntimeError("prime"))))
+
+    def put_all(batches, queues, reroute, hold, sends, errors):
+        put = SentPut(batches[0])
+        put.live = (0, b"", b"", None)
+        sends.append(put)
+
+    monkeypatch.setattr(sender, "_put_all", put_all)
+    monkeypatch.setattr(sender, "_read", read)
+    return sender
+
+
+def test_a_ctrl_c_stopping_the_reading_after_a_bookkeeping_error_is_raised(monkeypatch, sigint_handler):
+    # The interruption is an ordinary error; a Ctrl-C during the reading of the put's answer
+    # stops that reading. Without the fix it was consumed there and the RuntimeError raised:
+    # a caller retrying on Exception never saw the Ctrl-C.
+    def read(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)  # while the answer is awaited: raised at once
+
+    sender = interrupted_by_bookkeeping(monkeypatch, read)
+    with pytest.raises(KeyboardInterrupt) as info:
+        sender.send([batch()], n=N, queues=[0])
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert info.value.stored_ids == [None] * N
+
+
+def test_a_ctrl_c_deferred_between_two_reads_is_owed_by_read_rest(sigint_handler):
+    # The first read's bookkeeping fails again; a Ctrl-C lands as that failure is noted
+    # (interrupts deferred): it stops the reading, and is owed (without the fix: cleared).
+    errors = []
+
+    def read(send, deadline):
+        raise ValueError("bookkeeping")
+
+    def queue_of(send):
+        signal.raise_signal(signal.SIGINT)
+        return 0
+
+    with InterruptGuard() as guard:
+        guard.deferring = True
+        read_rest(read, ["first", "second"], guard, 5.0, errors, queue_of)
+    assert len(errors) == 1
+    assert guard.late is not None
+    with pytest.raises(KeyboardInterrupt) as info:
+        guard.raise_owed(RuntimeError("the interruption"))
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_a_ctrl_c_owed_is_dropped_when_the_send_raises_a_keyboard_interrupt_already():
+    guard = InterruptGuard()
+    guard.late = (signal.SIGINT, None)
+    guard.raise_owed(KeyboardInterrupt())  # returns: the caller raises that one
+    assert guard.late is None
+
+
 def test_a_sigint_as_the_guard_restores_the_handler_raises_a_keyboard_interrupt(sigint_handler):
     # __exit__ cleared the handler it restores before restoring it: a SIGINT in between
     # (deferring off) called None (a TypeError). Here, that moment held still.

@@ -136,23 +136,30 @@ class Sender:
         if queues is None:
             queues = self.router.assign(len(batches), queue)
         stored: list[tuple[int, Any, Any]] = []  # (queue, positions, answer) of each put stored
-        with InterruptGuard() as guard:
-            if claim is None:
-                ids = self._send_all(batches, n=n, queues=queues, into=into, reroute=reroute, guard=guard,
-                                     stored=stored)
-            else:
-                with contextlib.ExitStack() as holds:
-                    held = set(queues)
-                    holds.enter_context(self.collector.holding(held))
+        guard = InterruptGuard()
+        try:
+            with guard:
+                if claim is None:
+                    ids = self._send_all(batches, n=n, queues=queues, into=into, reroute=reroute, guard=guard,
+                                         stored=stored)
+                else:
+                    with contextlib.ExitStack() as holds:
+                        held = set(queues)
+                        holds.enter_context(self.collector.holding(held))
 
-                    def hold(q: int) -> None:  # a put rerouted to a queue not held yet: held before it is sent
-                        if q not in held:
-                            held.add(q)
-                            holds.enter_context(self.collector.holding([q]))
+                        def hold(q: int) -> None:  # a put rerouted to a queue not held yet: held before it is sent
+                            if q not in held:
+                                held.add(q)
+                                holds.enter_context(self.collector.holding([q]))
 
-                    ids = self._send_all(batches, n=n, claim=claim, queues=queues, into=into, reroute=reroute,
-                                         hold=hold, guard=guard, stored=stored)
-                # (the holds are let go with interrupts deferred: _send_all returns so)
+                        ids = self._send_all(batches, n=n, claim=claim, queues=queues, into=into, reroute=reroute,
+                                             hold=hold, guard=guard, stored=stored)
+                    # (the holds are let go with interrupts deferred: _send_all returns so)
+        except BaseException as failure:
+            # A Ctrl-C deferred while the send failed with an ordinary error (its holds let
+            # go, its failure raised) is raised now, from that error, with its stored_ids.
+            guard.raise_owed(failure)
+            raise
         if guard.late is not None:  # a Ctrl-C as the send ended: raised now, with what it stored
             try:
                 guard.deliver_late()
