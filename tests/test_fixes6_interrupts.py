@@ -145,3 +145,47 @@ def test_a_sigint_as_the_guard_restores_the_handler_raises_a_keyboard_interrupt(
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+class LandsAsDeferred(InterruptGuard):
+    """A guard on which a Ctrl-C lands just before ``deferring`` is next set (once, and as
+    the guard's handler does it: deferring on, then the KeyboardInterrupt)."""
+
+    armed = True
+
+    @property
+    def deferring(self):
+        return InterruptGuard.deferring.__get__(self)
+
+    @deferring.setter
+    def deferring(self, value):
+        InterruptGuard.deferring.__set__(self, value or self.armed)
+        if value and self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_landing_as_a_read_ends_stops_the_reading_without_leaving_it():
+    # Without the fix the KeyboardInterrupt left read_rest (the send then raised with no
+    # stored_ids).
+    reads = []
+    guard = LandsAsDeferred()
+    guard.armed = False
+    guard.deferring = True
+    guard.armed = True
+    read_rest(lambda send, deadline: reads.append(send), ["first", "second"], guard, 5.0, [], lambda s: 0)
+    assert reads == ["first"]
+    assert isinstance(guard.stopped, KeyboardInterrupt)
+
+
+def test_a_ctrl_c_landing_as_an_error_is_handled_is_raised_with_the_stored_ids(monkeypatch):
+    # The first error is an ordinary one (interrupts not deferred); a Ctrl-C lands as its
+    # handling starts. Without the fix it left the handling: raised with no stored_ids.
+    sender = Sender(None, None, None)
+
+    def put_all(*args):
+        raise RuntimeError("the client's own bookkeeping")
+
+    monkeypatch.setattr(sender, "_put_all", put_all)
+    monkeypatch.setattr(sending, "InterruptGuard", LandsAsDeferred)
+    with pytest.raises(KeyboardInterrupt) as info:
+        sender.send([batch()], n=N, queues=[0])
+    assert info.value.stored_ids == [None] * N

@@ -178,18 +178,22 @@ def read_rest(read: Callable[[Any, float], None], sends: Sequence[Any], guard: I
             guard.late, guard.pending = guard.pending, None
             _stopped(len(sends) - k)
             break
+        # Every statement run with interrupts not deferred is inside the outer ``try``: an
+        # interrupt that lands anywhere there stops the reading, never leaves it (the caller
+        # then raises its interruption with the stored ids).
         try:
-            guard.deferring = False  # the wait for the answer may be interrupted
-            read(send, deadline)
-        except Exception as e:  # the client's own bookkeeping failed again
-            guard.deferring = True
-            errors.append((queue_of(send), e, 0))
+            try:
+                guard.deferring = False  # the wait for the answer may be interrupted
+                read(send, deadline)
+                guard.deferring = True
+            except Exception as e:  # the client's own bookkeeping failed again
+                guard.deferring = True
+                errors.append((queue_of(send), e, 0))
         except BaseException as stop:  # the guard defers interrupts again as it raises
             guard.deferring = True
             guard.stopped = stop  # owed, after an interruption that was no interrupt itself
             _stopped(len(sends) - k)
             break
-        guard.deferring = True
     for q, e, _ in errors:
         logger.warning("after an interruption, a put to queue %d failed: %s: %s", q, type(e).__name__, e)
 
