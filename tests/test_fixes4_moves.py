@@ -36,14 +36,14 @@ def test_the_moves_made_while_another_sources_call_failed_are_recorded(pools, mo
 
         monkeypatch.setattr(table, "call", call_failing)
     else:
-        answer = table.answer_or_ask_again
+        answer = table.answer
 
         def answer_failing(q, pending, deadline=None):
             if pending.method == "move_out" and q == 0:  # the first read: queue 1's is never read without the fix
                 raise QueueCallTimeoutError(q, "move_out", 0.0)
             return answer(q, pending, deadline)
 
-        monkeypatch.setattr(table, "answer_or_ask_again", answer_failing)
+        monkeypatch.setattr(table, "answer", answer_failing)
     with pytest.raises(QueueCallTimeoutError):
         qp.add_queues(1)
     monkeypatch.undo()

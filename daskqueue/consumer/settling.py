@@ -23,6 +23,9 @@ __all__ = ["Settler"]
 
 logger = logging.getLogger("daskqueue")
 
+#: An extend call's deadline, as a share of the period between extensions (see extend_forever).
+EXTEND_DEADLINE_SHARE = 0.8
+
 
 class Settler:
     """Settles and extends the leases of one consumer through ``calls``; counts what was
@@ -82,17 +85,22 @@ class Settler:
     async def extend_forever(self) -> None:
         """Every third of the lease timeout, extend the leases of the batches still held.
 
-        Each queue's leases are extended by a call of their own, with a deadline of that
-        period: a slow or silent queue delays only its own leases, never another queue's.
-        A queue whose last call has not ended yet is not called again meanwhile."""
+        Each queue's leases are extended by a call of their own, with a deadline of most of
+        that period: a slow or silent queue delays only its own leases, never another
+        queue's. A queue whose last call has not ended yet is not called again meanwhile; a
+        call given up has ended before the next tick (its deadline is shorter than the
+        period), which calls that queue again: a lease then misses one extension, not two
+        (with a whole period's deadline, the call ended just after that tick, and the lease
+        went unextended for two periods of its three)."""
         period = self._lease_timeout_s / 3
+        deadline_s = EXTEND_DEADLINE_SHARE * period
         calls: dict[int, asyncio.Task[None]] = {}
         try:
             while True:
                 await asyncio.sleep(period)
                 for slot, lease_ids in self._held_by_slot().items():
                     if slot not in calls or calls[slot].done():
-                        calls[slot] = asyncio.get_running_loop().create_task(self._extend(slot, lease_ids, period))
+                        calls[slot] = asyncio.get_running_loop().create_task(self._extend(slot, lease_ids, deadline_s))
         finally:  # the calls end with the extender: each logs its own failure
             for call in calls.values():
                 call.cancel()

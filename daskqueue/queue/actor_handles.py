@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import Any, Generator
+from typing import Any, Callable, Generator
 
 from distributed.actor import Actor
 from distributed.protocol import to_serialize
@@ -88,7 +88,12 @@ class DirectActor(Actor):
             conn = self._lane_now()
             if conn is not None:
                 return self._on_lane(key, conn)
-        if key.startswith("_") or not callable(getattr(self._cls, key, None)) or not self._from_client_thread():
+        if key.startswith("_") or not callable(getattr(self._cls, key, None)):
+            return super().__getattr__(key)
+        closed = self.__dict__.get("_released")
+        if closed is not None:  # (its lane is closed, and its future released: none comes here)
+            raise closed()
+        if not self._from_client_thread():
             return super().__getattr__(key)
         if self._future is not None and self._future.status not in ("finished", "pending"):
             raise RuntimeError(f"Worker holding Actor was lost.  Status: {self._future.status}")
@@ -159,6 +164,17 @@ class DirectActor(Actor):
         lane = self.__dict__.get("_lane")
         if lane is not None:
             lane.close()
+
+    def release(self, closed: Callable[[], BaseException]) -> None:
+        """Let go of this handle now, not at garbage collection: close its lane and release
+        its client's hold on the actor's key. A method called on it afterwards (a thread
+        still calling through it) raises ``closed()``, a typed error naming what was closed,
+        not Dask's "Worker holding Actor was lost" of a released future (a lost worker)."""
+        self._released = closed
+        self.close_lane()
+        own = self.__dict__.get("_future")
+        if own is not None:
+            own.release()
 
     def _from_client_thread(self) -> bool:
         """Whether calls are made from a synchronous client's thread, not its loop."""

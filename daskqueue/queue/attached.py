@@ -18,6 +18,7 @@ Three kinds (see :mod:`daskqueue.producers` for who gets which):
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
@@ -246,13 +247,11 @@ class PoolHandle(QueuePool):
                 except Exception as e:  # best effort: its records then wait in the queue
                     logger.debug("%r: queue %d did not forget producer %d: %s", self, q, self.producer, e)
         if self._role == "attached":  # its handles are its own (a map sibling shares its parent's)
+            closed = functools.partial(PoolClosedError, self.name, f"{self!r} was closed")
             for handle in self.table.handles:
-                close_lane = getattr(type(handle), "close_lane", None)
-                if close_lane is not None:
-                    close_lane(handle)  # its sockets to the queues' lanes, not left to the GC
-                own = getattr(handle, "_future", None)
-                if own is not None:  # its client's hold on the actor's key, not left to the GC either
-                    own.release()
+                release = getattr(type(handle), "release", None)
+                if release is not None:  # its lane's sockets and its hold on the actor's key, not left to the GC
+                    release(handle, closed)
         logger.info("%r closed (the pool stays open)", self)
 
     def forget_queue(self, q: int) -> None:

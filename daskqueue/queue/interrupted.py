@@ -62,14 +62,18 @@ class InterruptGuard:
     handed on by :meth:`resume`. Setting ``deferring`` is one attribute store, which no
     signal can split."""
 
-    __slots__ = ("deferring", "pending", "late", "_previous")
+    __slots__ = ("deferring", "pending", "late", "stopped", "_previous")
 
     def __init__(self) -> None:
         self.deferring = False
         #: A SIGINT that arrived while deferring, ``(signum, frame)``, not handed on yet.
         self.pending: tuple[int, Any] | None = None
-        #: One still pending when the guarded work ended without an error (see ``__exit__``).
+        #: One still pending when the guarded work ended (see ``__exit__``), or noted so by
+        #: :func:`read_rest`: handed on by ``deliver_late`` or ``raise_owed``.
         self.late: tuple[int, Any] | None = None
+        #: The interrupt that stopped :func:`read_rest`'s reading, raised after an
+        #: interruption that was not itself a Ctrl-C (see ``raise_owed``).
+        self.stopped: BaseException | None = None
         self._previous: Callable[[int, Any], Any] | None = None
 
     def __enter__(self) -> "InterruptGuard":
@@ -80,18 +84,46 @@ class InterruptGuard:
                 _signal.signal(_signal.SIGINT, self._handle)
         return self
 
-    def __exit__(self, exc_type: Any, *_: Any) -> None:
-        previous, self._previous = self._previous, None
+    def __exit__(self, *_: Any) -> None:
+        previous = self._previous
         if previous is None:
             return
+        # The handler goes back before ``_previous`` is cleared: a SIGINT in between still
+        # finds a handler to hand it to (see _handle).
         _signal.signal(_signal.SIGINT, previous)
+        self._previous = None
         pending, self.pending = self.pending, None
-        if pending is not None and exc_type is None:
-            # Not handed on here: its KeyboardInterrupt would leave the ``with`` with nothing
-            # of the work's outcome on it. The owner hands it on (deliver_late) and adds that.
+        if pending is not None:
+            # Not handed on here, whether or not the work failed: its KeyboardInterrupt would
+            # leave the ``with`` with nothing of the work's outcome on it. The owner hands it
+            # on (deliver_late, or raise_owed on an error) and adds that.
             self.late = pending
-        # With an interruption on its way out, a Ctrl-C pending has done its part: it
-        # stopped the reading of the puts' answers (see read_rest).
+
+    def raise_owed(self, failure: BaseException) -> None:
+        """The guarded work ended with ``failure``: raise the interrupt it owes the user,
+        if any (a Ctrl-C deferred, ``late``, or the one that stopped :func:`read_rest`), as
+        raised ``from failure`` and carrying its ``stored_ids``; a handler that raises
+        nothing is called all the same, and this returns (the caller raises ``failure``).
+
+        A ``failure`` that is an interrupt itself (not an ``Exception``: the user's
+        ``KeyboardInterrupt``) owes nothing: a Ctrl-C deferred meanwhile has done its part,
+        it stopped the reading of the answers (see read_rest). An ordinary error (a put
+        that failed, the client's own bookkeeping) must not swallow a Ctrl-C: a caller that
+        retries on ``Exception`` would never see it."""
+        stopped, self.stopped = self.stopped, None
+        if not isinstance(failure, Exception):
+            self.late = None
+            return
+        try:
+            if stopped is not None:
+                self.late = None
+                raise stopped
+            self.deliver_late()
+        except BaseException as interruption:
+            if interruption is failure:
+                raise
+            interruption.stored_ids = getattr(failure, "stored_ids", None)  # type: ignore[attr-defined]
+            raise interruption from failure
 
     def deliver_late(self) -> None:
         """Hand a SIGINT noted ``late`` on to the handler restored (its ``KeyboardInterrupt``
@@ -105,8 +137,10 @@ class InterruptGuard:
         if self.deferring:
             self.pending = (signum, frame)
             return
+        # None only as ``__exit__`` ends (the handler it restores is in place then): the default.
+        previous = self._previous or _signal.default_int_handler
         try:
-            self._previous(signum, frame)  # type: ignore[misc]
+            previous(signum, frame)
         except BaseException:
             self.deferring = True  # the interruption is handled with interrupts deferred
             raise
@@ -128,7 +162,9 @@ def read_rest(read: Callable[[Any, float], None], sends: Sequence[Any], guard: I
     twice), all within one ``read_s`` (plus at most one wait for a queue's move). Called with
     ``guard`` deferring; a second Ctrl-C stops the reading (at once while it waits for an
     answer, else before the next put; the puts left count as not stored; a put whose answer
-    came is recorded whole before it stops). A put that fails, or whose answer is not in by
+    came is recorded whole before it stops), and that Ctrl-C is owed: noted in
+    ``guard.stopped`` or ``guard.late``, for ``guard.raise_owed`` (raised if the
+    interruption was an ordinary error). A put that fails, or whose answer is not in by
     then, counts as not stored (``read`` notes its failure in ``errors``, logged here); such a
     put may be stored all the same, as after a timed out put: its tasks run under ids unknown
     here, and their outcomes, claimed by no one, go to the pool's results. ``queue_of(send)``:
@@ -138,21 +174,26 @@ def read_rest(read: Callable[[Any, float], None], sends: Sequence[Any], guard: I
     logger.info("reading %d sent puts' answers (Ctrl-C again to stop)", len(sends))
     deadline = time.monotonic() + read_s
     for k, send in enumerate(sends):
-        if guard.pending is not None:
-            guard.pending = None
+        if guard.pending is not None:  # a Ctrl-C deferred: it stops the reading, and is owed
+            guard.late, guard.pending = guard.pending, None
             _stopped(len(sends) - k)
             break
+        # Every statement run with interrupts not deferred is inside the outer ``try``: an
+        # interrupt that lands anywhere there stops the reading, never leaves it (the caller
+        # then raises its interruption with the stored ids).
         try:
-            guard.deferring = False  # the wait for the answer may be interrupted
-            read(send, deadline)
-        except Exception as e:  # the client's own bookkeeping failed again
+            try:
+                guard.deferring = False  # the wait for the answer may be interrupted
+                read(send, deadline)
+                guard.deferring = True
+            except Exception as e:  # the client's own bookkeeping failed again
+                guard.deferring = True
+                errors.append((queue_of(send), e, 0))
+        except BaseException as stop:  # the guard defers interrupts again as it raises
             guard.deferring = True
-            errors.append((queue_of(send), e, 0))
-        except BaseException:  # the guard defers interrupts again as it raises
-            guard.deferring = True
+            guard.stopped = stop  # owed, after an interruption that was no interrupt itself
             _stopped(len(sends) - k)
             break
-        guard.deferring = True
     for q, e, _ in errors:
         logger.warning("after an interruption, a put to queue %d failed: %s: %s", q, type(e).__name__, e)
 

@@ -59,6 +59,8 @@ class MovingMixin:
         self._fence_checker: asyncio.Task[None] | None = None
         # The ids attached producers' messages moved here were given (see AdoptedRuns).
         self._adopted = AdoptedRuns()
+        # Records numbered below this were found all the owner's (see _unforwarded).
+        self._owners_upto = 0
 
     async def move_out(self, nodes: list[int], typed: bool = False,
                        everything: bool = False) -> tuple[list[Moved], list[str]]:
@@ -249,10 +251,20 @@ class MovingMixin:
         return len(records)
 
     def _unforwarded(self) -> list[tuple[int, Any]]:
-        """``(number, record)`` of each record here that an attached producer has not fetched."""
-        book, base = self._producers, self._results_base  # type: ignore[attr-defined]
-        return [(base + k, r) for k, r in enumerate(self._results)  # type: ignore[attr-defined]
-                if record_producer(r) and book.wanted(r, base + k)]
+        """``(number, record)`` of each record here that an attached producer has not fetched.
+
+        No attached producer known (none heard of), it looks only at the records stored
+        since the last call that found every record the owner's: ``remove_queue`` asks
+        every pass, on this queue's event loop, and a queue may hold a million records of
+        the owner, scanned each time before. (A record never turns from the owner's to an
+        attached producer's: blanking makes it nobody's.)"""
+        book, base, results = self._producers, self._results_base, self._results  # type: ignore[attr-defined]
+        if not book.heard:
+            start = max(0, self._owners_upto - base)
+            if not any(record_producer(results[k]) for k in range(start, len(results))):
+                self._owners_upto = base + len(results)
+                return []
+        return [(base + k, r) for k, r in enumerate(results) if record_producer(r) and book.wanted(r, base + k)]
 
     async def attached_producers(self) -> int:
         """How many attached producers (tags not 0) this queue heard of within their

@@ -13,7 +13,13 @@ import time
 from typing import Any
 
 from daskqueue import defaults, registry
-from daskqueue.errors import ConfigurationError, JoinTimeoutError, QueueCallTimeoutError, QueueLostError
+from daskqueue.errors import (
+    ConfigurationError,
+    JoinTimeoutError,
+    QueueCallTimeoutError,
+    QueueLostError,
+    QueueMovedError,
+)
 from daskqueue.messages import MAX_QUEUES
 from daskqueue.queue.actors import start_actors
 from daskqueue.queue.attached_follow import FOLLOW_S
@@ -225,13 +231,16 @@ def move_from(pool: Any, sources: list[int], nodes: list[int], *, everything: bo
 
     A call to one source that fails (not sent, or no answer) raises its error, but only once
     every call already sent is answered and its moves recorded (within one
-    ``CALL_TIMEOUT_S`` for them all): a source that moved messages while another failed has
-    them accounted for, or a map waiting on them would wait for good."""
+    ``CALL_TIMEOUT_S`` for them all, but for a source asked again where it moved, which gets
+    a ``CALL_TIMEOUT_S`` of its own): a source that moved messages while another failed has
+    them accounted for, or a map waiting on them would wait for good. So does a Ctrl-C while
+    an answer is awaited: it is raised once the others are read."""
     table, typed = pool.table, pool.router.typed
     total = 0
     for _ in range(defaults.PUT_ATTEMPTS):
         retry = []
         error: Exception | None = None
+        interrupt: BaseException | None = None
         # The destinations' outcomes are held until the moves are recorded: a moved message
         # may run there, and its outcome be polled under its new id, before move_out's
         # answer is read; filed then, it would reach no claim (a map would wait for good).
@@ -246,22 +255,39 @@ def move_from(pool: Any, sources: list[int], nodes: list[int], *, everything: bo
             deadline = time.monotonic() + defaults.CALL_TIMEOUT_S
             for q, pending in calls:
                 try:
-                    runs, failed = table.answer_or_ask_again(q, pending, deadline)
+                    runs, failed = _move_answer(table, q, pending, deadline)
                 except Exception as e:  # what it moved, if anything, is unknown here
                     logger.warning("%r: queue %d did not answer moving its messages: %s: %s",
                                    pool, q, type(e).__name__, e)
                     error = error or e
                     continue
+                except BaseException as e:  # a Ctrl-C: raised once the other answers are read
+                    interrupt = interrupt or e
+                    continue
                 total += _record_moves(pool, q, runs)
                 if failed:
                     logger.warning("queue %d: moving messages failed (%s); trying again", q, "; ".join(failed))
                     retry.append(q)
+        if interrupt is not None:
+            raise interrupt
         if error is not None:
             raise error
         if not retry:
             return total
         sources = retry
     raise QueueLostError(sources[0], table.handles[sources[0]]._address, pool.durability)
+
+
+def _move_answer(table: Any, q: int, pending: Any, deadline: float) -> Any:
+    """``move_out``'s answer from queue ``q`` by ``deadline``; if ``q`` moved meanwhile, asked
+    again where it moved (the move is idempotent), with a ``CALL_TIMEOUT_S`` of its own at
+    least: the shared deadline may be spent already by a slower source read before it, and
+    that call would time out though the move happened (its moves then unrecorded)."""
+    try:
+        return table.answer(q, pending, deadline)
+    except QueueMovedError:
+        again = table.call(q, pending.method, *pending.args)
+        return table.answer(q, again, max(deadline, time.monotonic() + defaults.CALL_TIMEOUT_S))
 
 
 def _record_moves(pool: Any, q: int, runs: list[tuple[int, int, int, int]]) -> int:

@@ -136,23 +136,30 @@ class Sender:
         if queues is None:
             queues = self.router.assign(len(batches), queue)
         stored: list[tuple[int, Any, Any]] = []  # (queue, positions, answer) of each put stored
-        with InterruptGuard() as guard:
-            if claim is None:
-                ids = self._send_all(batches, n=n, queues=queues, into=into, reroute=reroute, guard=guard,
-                                     stored=stored)
-            else:
-                with contextlib.ExitStack() as holds:
-                    held = set(queues)
-                    holds.enter_context(self.collector.holding(held))
+        guard = InterruptGuard()
+        try:
+            with guard:
+                if claim is None:
+                    ids = self._send_all(batches, n=n, queues=queues, into=into, reroute=reroute, guard=guard,
+                                         stored=stored)
+                else:
+                    with contextlib.ExitStack() as holds:
+                        held = set(queues)
+                        holds.enter_context(self.collector.holding(held))
 
-                    def hold(q: int) -> None:  # a put rerouted to a queue not held yet: held before it is sent
-                        if q not in held:
-                            held.add(q)
-                            holds.enter_context(self.collector.holding([q]))
+                        def hold(q: int) -> None:  # a put rerouted to a queue not held yet: held before it is sent
+                            if q not in held:
+                                held.add(q)
+                                holds.enter_context(self.collector.holding([q]))
 
-                    ids = self._send_all(batches, n=n, claim=claim, queues=queues, into=into, reroute=reroute,
-                                         hold=hold, guard=guard, stored=stored)
-                # (the holds are let go with interrupts deferred: _send_all returns so)
+                        ids = self._send_all(batches, n=n, claim=claim, queues=queues, into=into, reroute=reroute,
+                                             hold=hold, guard=guard, stored=stored)
+                    # (the holds are let go with interrupts deferred: _send_all returns so)
+        except BaseException as failure:
+            # A Ctrl-C deferred while the send failed with an ordinary error (its holds let
+            # go, its failure raised) is raised now, from that error, with its stored_ids.
+            guard.raise_owed(failure)
+            raise
         if guard.late is not None:  # a Ctrl-C as the send ended: raised now, with what it stored
             try:
                 guard.deliver_late()
@@ -195,20 +202,25 @@ class Sender:
         ids: list[Any] | None = into if keep_ids else None if claim is not None else [None] * n
         not_sent = None  # how many puts failed unsent, once every put is sent
         try:
-            self._put_all(batches, queues, reroute, hold, sends, errors)
-            not_sent = len(errors)
-            if claim is None and sends and n <= PRIME_MAX_MESSAGES:
-                self.collector.prime(s.live[0] for s in sends if s.live is not None)
-            for send in sends:
-                self._read(send, reroute, hold, stored, errors, ids, claim, keep_ids, guard)
-            # What follows (and the caller's letting go of its holds) defers a Ctrl-C: the send
-            # is whole, and one that came meanwhile is raised with its ids (see send).
-            guard.deferring = True
+            try:
+                self._put_all(batches, queues, reroute, hold, sends, errors)
+                not_sent = len(errors)
+                if claim is None and sends and n <= PRIME_MAX_MESSAGES:
+                    self.collector.prime(s.live[0] for s in sends if s.live is not None)
+                for send in sends:
+                    self._read(send, reroute, hold, stored, errors, ids, claim, keep_ids, guard)
+                # What follows (and the caller's letting go of its holds) defers a Ctrl-C: the
+                # send is whole, and one that came meanwhile is raised with its ids (see send).
+                guard.deferring = True
+            except BaseException:
+                # Deferred before the handling below starts: an ordinary error arrives with
+                # interrupts not deferred, and a Ctrl-C landing here is caught below as the
+                # interruption (an interrupt through the guard has set the flag already).
+                guard.deferring = True
+                raise
         except BaseException as interruption:
-            # From here on a Ctrl-C is deferred (set before anything can be interrupted:
-            # an interrupt through the guard has set it already), but where a put's
-            # answer is awaited: whatever it stops, what is raised has its stored_ids.
-            guard.deferring = True
+            # From here on a Ctrl-C is deferred, but where a put's answer is awaited:
+            # whatever it stops, what is raised has its stored_ids.
             # Each put read is in ``stored`` or ``errors`` (none is read before all are sent).
             read = 0 if not_sent is None else len(stored) + len(errors) - not_sent
 
