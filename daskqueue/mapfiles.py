@@ -162,10 +162,13 @@ class Journal:
 
 class Output:
     """The output file: in input order (written as the prefix completes) or as they finish.
-    On resume it keeps the lines already there and writes the rest. ``input_of(index)`` is
-    the input item of a line, asked once per line written."""
+    With ``resume`` (a durable job run again) it keeps the lines already there and writes the
+    rest; without, an existing file is written afresh (its lines belong to an earlier job
+    this run knows nothing of). ``input_of(index)`` is the input item of a line, asked once
+    per line written."""
 
-    def __init__(self, path: str | None, input_of: Callable[[int], Any], ordered: bool) -> None:
+    def __init__(self, path: str | None, input_of: Callable[[int], Any], ordered: bool, *,
+                 resume: bool = True) -> None:
         self.input_of = input_of
         self.ordered = ordered
         self.written = IndexSet()
@@ -173,6 +176,9 @@ class Output:
         self.pending: dict[int, dict[str, Any]] = {}
         if path is None or path == "-":
             self.file = sys.stdout
+            return
+        if not resume:
+            self.file = open(path, "w", encoding="utf-8")
             return
         scan_whole_lines(Path(path), lambda rec: self.written.add(rec["index"]))
         self.next = self.written.first_missing(0)

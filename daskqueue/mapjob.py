@@ -135,7 +135,7 @@ def _run_map(args: argparse.Namespace) -> int:
     state = State(root, args.func, os.path.abspath(args.input) if args.input != "-" else "-", args.json, n or 0)
     # The input is read as the job goes; an item is held from its reading to its output line.
     inputs = Inputs(iter_items(args.input, args.json), n, needed=lambda i: i not in output.written)
-    output = Output(args.out, inputs.take, ordered=not args.unordered)
+    output = Output(args.out, inputs.take, ordered=not args.unordered, resume=root is not None)
     journal = None
     cluster = None
     try:

@@ -62,6 +62,21 @@ def test_map_writes_results_in_input_order_and_fails_with_the_failed_items(tmp_p
 
 
 @pytest.mark.timeout(180)
+def test_a_map_run_again_without_durable_writes_its_output_afresh(tmp_path):
+    # Without --durable nothing is resumed: a second run on the same --out file (a user
+    # running the command again) used to crash with KeyError, its items counted as written.
+    write_job(tmp_path, 3)
+    first = run(tmp_path, "--out", "out.jsonl", "--no-progress", timeout=150)
+    assert first.returncode == 0, first.stderr
+    (tmp_path / "in.txt").write_text("one\ntwo\n")
+    again = run(tmp_path, "--out", "out.jsonl", "--no-progress", timeout=150)
+    assert again.returncode == 0, again.stderr
+    assert "2 items: 0 done before this run, 2 put in this run, 0 failed" in again.stderr
+    assert [(r["index"], r["result"]) for r in lines(tmp_path / "out.jsonl")] == [
+        (0, {"upper": "ONE"}), (1, {"upper": "TWO"})]
+
+
+@pytest.mark.timeout(180)
 def test_map_reads_json_from_stdin_and_writes_unordered_to_stdout(tmp_path):
     (tmp_path / "jobmod.py").write_text("def work(x):\n    return x['a'] * 2\n")
     stdin = "".join(json.dumps({"a": i}) + "\n" for i in range(50))
