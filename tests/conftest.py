@@ -179,6 +179,19 @@ def pools(client):
 
 
 @pytest.fixture(autouse=True)
+def _sigint_as_python_sets_it():
+    """Ctrl-C raises KeyboardInterrupt in every test, whatever an earlier test in the same
+    process left installed (importing ``dask_jobqueue.runner`` sets a SIGINT handler that
+    calls ``sys.exit()``); the handler found is put back after the test."""
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture(autouse=True)
 def _daskqueue_logger_as_it_was():
     """Put the ``daskqueue`` logger back as it was after each test: 0.2.0 spellings
     (``daskqueue.utils.logger``, ``join(progress=True)``) give it a printing handler at INFO,

@@ -17,16 +17,6 @@ from tests import tasks
 from tests.helpers import wait_until
 
 
-@pytest.fixture(autouse=True)
-def python_default_sigint():
-    """Ctrl-C raises KeyboardInterrupt during each test, whatever an earlier test's import left
-    installed (dask_jobqueue.runner sets a handler calling sys.exit() when it is imported)."""
-    before = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
-
-
 def started(pools):
     qp = pools.queue(2, max_retries=0, put_batch_size=10)  # a map of 40: 4 puts of 10
     cp = pools.consumer(qp, n_consumers=2)

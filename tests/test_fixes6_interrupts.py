@@ -21,16 +21,6 @@ pytestmark = pytest.mark.timeout(30)
 N = 4
 
 
-@pytest.fixture(autouse=True)
-def python_default_sigint():
-    """Ctrl-C raises KeyboardInterrupt during each test, whatever an earlier test's import left
-    installed (dask_jobqueue.runner sets a handler calling sys.exit() when it is imported)."""
-    before = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
-
-
 def batch():
     """An encoded batch of ``N`` messages, as far as a send that fails looks at it."""
     return ([SimpleNamespace(count=N)], [], [range(N)])
