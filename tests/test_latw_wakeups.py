@@ -7,6 +7,8 @@ is the order of the loop's steps, which a cluster would only blur.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -202,6 +204,16 @@ def test_work_after_an_idle_spell_wakes_the_sweeper_for_its_load_report(monkeypa
     from daskqueue.queue import sweeper
 
     monkeypatch.setattr(sweeper, "LOAD_REPORT_S", 0.05)
+    monkeypatch.setattr(sweeper, "LOAD_CONFIRM_S", 0.05)
+    monkeypatch.setattr(sweeper, "ORPHAN_CHECK_S", 60.0)  # the sweeper's one far chore
+
+    async def until(cond: Callable[[], bool], within_s: float) -> bool:
+        deadline = time.monotonic() + within_s
+        while not cond():
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.005)
+        return True
 
     async def main() -> None:
         q = TransientQueue(0, lease_timeout_s=30.0)
@@ -209,14 +221,16 @@ def test_work_after_an_idle_spell_wakes_the_sweeper_for_its_load_report(monkeypa
         try:
             await q.put_batch(put_blob(["a"]))
             lease_id = decode_delivery(await q.get_batch(1))[0]
-            await asyncio.sleep(0.1)
-            assert q._reported_work  # noqa: SLF001  # its work was reported
+            assert await until(lambda: q._reported_work, 5.0)  # noqa: SLF001  # its work was reported
             await q.settle(lease_id, encode_settle(1, {}, set(), None))
             assert not q._reported_work  # noqa: SLF001  # and that it has none left
-            await asyncio.sleep(0.1)  # the sweeper asleep until its next chore
-            q._timer_changed.clear()  # noqa: SLF001
+            # The sweeper asleep until its next chore, the orphan check a minute away (waited
+            # for, not slept: on a loaded machine its last timed wakeup may still be due).
+            assert await until(lambda: q._sweep_at is not None  # noqa: SLF001
+                               and q._sweep_at > time.monotonic() + 30, 5.0)  # noqa: SLF001
             await q.put_batch(put_blob(["b"]))
-            assert q._timer_changed.is_set()  # noqa: SLF001
+            # Reported within seconds, not at the chore a minute away.
+            assert await until(lambda: q._reported_work, 5.0)  # noqa: SLF001
         finally:
             await q.close()
 
