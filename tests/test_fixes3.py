@@ -123,11 +123,20 @@ def test_a_lane_write_interrupted_mid_frame_breaks_the_connection():
     threading.Thread(target=lambda: accepted.append(srv.accept()), daemon=True).start()
     conn = LaneConnection("127.0.0.1", srv.getsockname()[1], b"x" * 32, loss_timeout_s=30)
 
-    def interrupt(*_):
+    def interrupt(_signum, frame):
+        # Ctrl-C during the write, not before it: on a loaded machine a fixed alarm could
+        # come while the 32 MiB frame was still being encoded, before any of it was written
+        # (the connection then rightly serves on, and the test failed for nothing). Until
+        # the write is under way (it blocks: nobody reads the other end), try again shortly.
+        while frame is not None and frame.f_code is not LaneConnection._send_all.__code__:
+            frame = frame.f_back
+        if frame is None:
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            return
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, 0.3)  # nobody reads the other end: the write blocks
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
     try:
         with pytest.raises(KeyboardInterrupt):
             conn.send("put_batch", (b"\0" * (32 << 20), b"t" * 16))
