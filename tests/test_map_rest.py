@@ -14,34 +14,42 @@ import types
 import pytest
 
 from daskqueue import defaults
-from tests import tasks
+from tests import gate_tasks, tasks
 
 
 @pytest.mark.timeout(90)
-def test_map_rests_short_after_an_empty_round_then_doubles_up_to_a_poll_interval(pools, monkeypatch):
+def test_map_rests_short_after_an_empty_round_then_doubles_up_to_a_poll_interval(pools, monkeypatch, tmp_path):
     import daskqueue.outcomes as outcomes
 
     qp = pools.queue(2)
-    # One task per fetch, so outcomes arrive one by one (an adaptive batch could bring most
-    # of them in one burst on a loaded machine, and no second doubling would start).
-    cp = pools.consumer(qp, isolation="thread", batch_size=1)
+    cp = pools.consumer(qp, isolation="thread", batch_size=1)  # outcomes one by one, as below
     cp.start()
     qp.map(tasks.double, range(4))  # consumers warm: the map below waits on its tasks only
     sleeps: list[float] = []
     main = threading.current_thread()
+    release = tmp_path / "release"
 
     def sleep(seconds: float) -> None:
         if threading.current_thread() is main:
             sleeps.append(seconds)
+            if len(sleeps) == 4:  # four empty rounds seen: the tasks may end now
+                release.touch()
         time.sleep(seconds)
 
     # The outcomes module's clock, with its sleeps recorded (other modules keep theirs).
     monkeypatch.setattr(outcomes, "time", types.SimpleNamespace(sleep=sleep, monotonic=time.monotonic))
     n = 40  # > PRIME_MAX_MESSAGES: the map sleeps between empty rounds instead of long-polling
-    assert qp.map(functools.partial(tasks.sleep_then, seconds=0.1), range(n), timeout_s=60) == list(range(n))
-    assert sleeps, "the map never found an empty round"
-    # The first outcome comes after 0.1 s: the rounds before it are empty, and each sleep
-    # doubles the one before, from 1 ms.
+    # The tasks end only once the map has rested four times: its first rounds are empty
+    # however slowly a loaded machine runs them (a fixed 0.1 s task was over before a slow
+    # map's fourth round, which then brought an outcome and restarted the rests at 1 ms).
+    gated = functools.partial(gate_tasks.run_until_released, started=str(tmp_path / "started"),
+                              release=str(release))
+    try:
+        assert qp.map(gated, range(n), timeout_s=60) == list(range(n))
+    finally:
+        release.touch()  # a map that never rested leaves no task waiting
+    assert len(sleeps) >= 4, f"the map found {len(sleeps)} empty rounds before its outcomes: {sleeps}"
+    # The rounds before the release are empty, and each sleep doubles the one before, from 1 ms.
     assert sleeps[0] == pytest.approx(outcomes.FIRST_REST_S)
     assert sleeps[:4] == pytest.approx([outcomes.FIRST_REST_S * 2**k for k in range(4)])
     assert max(sleeps) <= defaults.POLL_INTERVAL_S
