@@ -4,6 +4,8 @@ handed off when it retires, and no task runs twice or is lost."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import subprocess
 import sys
 
@@ -17,18 +19,20 @@ from tests.helpers import wait_until
 
 TASK_S = 2.5
 MARGIN_S = 1.0  # the consumers keep defaults.WALLTIME_MARGIN_S (2 s); 1 s of it for slack
-LIFETIME = "12s"
+#: The leaving worker's lifetime, counted from when its consumer starts (see _lifetime_from_now).
+LIFETIME_S = 10.0
 
 
 @pytest.fixture
 def lifetime_worker(cluster_factory):
-    """A cluster of two plain workers, plus one ``dask worker --lifetime 12s`` process.
+    """A cluster of two plain workers, plus one ``dask worker --lifetime`` process (a lifetime
+    no setup outlasts: the test moves its end, see ``_lifetime_from_now``).
 
     Two plain ones, not one: the work left when the leaving one stops runs on both, half the
     test's time (the leaving one's share, and so what the test checks, stays the same)."""
     cluster, client = cluster_factory(2)
     proc = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
-                             "--nthreads", "1", "--lifetime", LIFETIME, "--no-dashboard", "--name", "leaving"],
+                             "--nthreads", "1", "--lifetime", "600s", "--no-dashboard", "--name", "leaving"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         client.wait_for_workers(3, timeout=60)
@@ -49,12 +53,15 @@ def test_a_worker_reaching_its_lifetime_takes_no_task_it_cannot_finish(lifetime_
     leaving = next(a for a, w in client.scheduler_info()["workers"].items() if w["name"] == "leaving")
     qp = QueuePool(client, 2)  # transient: only a graceful hand-off keeps the leaving one's messages
     cp = ConsumerPool(client, qp)
-    cp.start()
-    # The leaving worker's processes (its nanny, the worker, a consumer's child process), and
-    # when Dask will close it for its lifetime.
-    leaving_pids = {proc.pid} | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
-    ends_at = client.run(_lifetime_timer, workers=[leaving])[leaving]
+    # The lifetime ends LIFETIME_S after this, as the consumers (they read it as they start)
+    # will see: counted from the worker's start, on a loaded machine the setup took all of a
+    # 12 s lifetime, or left so little of it that the leaving worker's first task (of unknown
+    # length: it may start until the margin) ran across its end.
+    ends_at = client.run(_lifetime_from_now, LIFETIME_S, workers=[leaving])[leaving]
     assert ends_at is not None
+    cp.start()
+    # The leaving worker's processes (its nanny, the worker, a consumer's child process).
+    leaving_pids = {proc.pid} | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
     log = tmp_path / "runs.log"
     # Without the walltime, the leaving worker is always in the middle of a 2.5 s task when
     # its lifetime ends (the work outlasts it); with it, it runs its last one to its end well
@@ -79,5 +86,13 @@ def test_a_worker_reaching_its_lifetime_takes_no_task_it_cannot_finish(lifetime_
     qp.close()
 
 
-async def _lifetime_timer(dask_worker):
+async def _lifetime_from_now(seconds, dask_worker):
+    """Dask's lifetime close of this worker moved to ``seconds`` from now, scheduled as
+    ``Worker.__init__`` schedules it (reading it off that timer is tests/consumer/test_leaving.py's
+    test); when it comes now, read as the consumers read it."""
+    for handle in list(asyncio.get_running_loop()._scheduled):  # noqa: SLF001
+        if any(isinstance(arg, functools.partial) and arg.func == dask_worker.close_gracefully
+               for arg in getattr(handle, "_args", None) or ()):
+            handle.cancel()
+    dask_worker.io_loop.call_later(seconds, dask_worker.close_gracefully, reason="worker-lifetime-reached")
     return lifetime_timer(dask_worker)
