@@ -15,6 +15,8 @@ from distributed import Client
 
 from daskqueue import ConsumerPool, QueuePool, membership
 from daskqueue.errors import SchedulerLostError
+from daskqueue.queue.directory import queue_dir
+from daskqueue.segment.lockfile import DirectoryLock
 from tests import tasks
 from tests.helpers import wait_until
 
@@ -90,6 +92,12 @@ def test_losing_the_scheduler_raises_a_typed_error_soon_and_a_new_cluster_recove
     cp.close()
     qp.close()
     assert time.monotonic() - started < 5
+
+    # The old workers close once their scheduler is gone, and their queue actors' locks go
+    # with them: within seconds, but on a loaded machine (the suite's processes on 2 cores)
+    # later than the LOCK_WAIT_S a new queue actor waits for a lock. Waited for here.
+    for q in range(2):
+        DirectoryLock(queue_dir(str(tmp_path / "pool"), q), 0o600, wait_s=60).release()
 
     # Every message is on disk: a new cluster finishes the work, with one outcome per task.
     qp2 = QueuePool(client, 2, durability="durable", dirpath=tmp_path / "pool")
