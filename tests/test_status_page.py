@@ -126,13 +126,16 @@ class FakeQueuePool:
 
 @pytest.mark.timeout(10)
 def test_pool_html_shows_a_queue_that_does_not_answer_as_unreachable_within_its_timeout():
-    qp = FakeQueuePool({0: Answering(queue_stats(0, 7)), 1: Silent(), 2: Silent(), 3: Answering(queue_stats(3, 5))})
+    silent = dict.fromkeys(range(1, 7), Silent())
+    qp = FakeQueuePool({0: Answering(queue_stats(0, 7)), **silent, 7: Answering(queue_stats(7, 5))})
     t0 = time.monotonic()
     html = status.pool_html(qp, timeout_s=0.5)
     elapsed = time.monotonic() - t0
-    assert elapsed < 1.0  # one deadline for all, not 0.5 s per silent queue
-    assert [cell(html, "ready", i) for i in ("0", "3")] == ["7", "5"]
-    assert html.count('class="unreachable"') == 2
+    # One deadline for all, not 0.5 s per silent queue (3 s for six); 1.5 s of slack for a
+    # loaded machine.
+    assert elapsed < 2.0
+    assert [cell(html, "ready", i) for i in ("0", "7")] == ["7", "5"]
+    assert html.count('class="unreachable"') == 6
     assert cell(html, "ready", "total") == "12"  # the queues that answered
 
 
@@ -148,7 +151,7 @@ def test_consumer_pool_html_shows_a_consumer_that_does_not_answer_as_unreachable
 
     t0 = time.monotonic()
     html = status.consumer_pool_html(FakeConsumerPool(), timeout_s=0.3)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 3.0  # the silent one is given up, not waited for
     assert (cell(html, "done", "4"), cell(html, "failed", "4"), cell(html, "busy_slots", "4")) == ("9", "1", "1")
     assert cell(html, "mean_task_ms", "4") == "2"
     assert 'class="unreachable"' in html
@@ -194,7 +197,7 @@ async def test_collect_status_marks_a_silent_or_departed_worker_unreachable_with
                "tcp://hung:1": None}
     t0 = time.monotonic()
     pools = await status.collect_status(FakeScheduler(metadata, answers), timeout_s=0.3)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 3.0  # the hung worker is given up, not waited for (an hour)
     assert [p["name"] for p in pools] == ["p"]  # the closed pool's entry (None) is left out
     states = [(r["index"], r["state"]) for r in pools[0]["queues"]]
     assert states == [(0, "ok"), (1, "unreachable"), (2, "unreachable"), (3, "gone")]
