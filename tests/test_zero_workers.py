@@ -89,11 +89,15 @@ def test_a_backlog_report_does_not_outlive_the_work(cluster_factory, monkeypatch
     stand once the work is done (adapt would start a worker for nothing), and a burst shorter
     than the interval to the second report starts none. Workers in this process, so that
     the queue reports at once (sweeps every 50 ms) and then not for 30 s."""
+    from daskqueue import scheduler_plugin
     from daskqueue.queue import sweeper
 
     monkeypatch.setattr(sweeper, "ORPHAN_CHECK_S", 0.05)
     monkeypatch.setattr(sweeper, "LOAD_REPORT_S", 30.0)
     monkeypatch.setattr(sweeper, "LOAD_CONFIRM_S", 30.0)
+    # Nor does the scheduler drop a report for its age (10 s) while the test looks: only the
+    # queue's own report can say the work is done.
+    monkeypatch.setattr(scheduler_plugin, "LOAD_STALE_S", 60.0)
     cluster, client = cluster_factory(1, processes=False)
     qp = QueuePool(client, 1)
     cp = ConsumerPool(client, qp, isolation="thread")
@@ -103,7 +107,9 @@ def test_a_backlog_report_does_not_outlive_the_work(cluster_factory, monkeypatch
     assert qp.batch_submit([(tasks.sleep_then, i, 0.02) for i in range(20)])
     wait_until(lambda: reported_work(client), timeout_s=10)  # the queue told the scheduler of its work
     wait_until(lambda: qp.stats()[0].pending == 0, timeout_s=30)
-    wait_until(lambda: not reported_work(client), timeout_s=2, interval_s=0.05)  # and that it is done
+    # ...and that it is done: at the settle that emptied it, not at the next report 30 s away
+    # (10 s: a loaded machine's slack).
+    wait_until(lambda: not reported_work(client), timeout_s=10, interval_s=0.05)
     seen = [len(cluster.plan)]
     deadline = time.monotonic() + 2.0  # adapt looks 20 times meanwhile
     while time.monotonic() < deadline:
