@@ -20,8 +20,6 @@ durable store's group is defined in :mod:`daskqueue.store_errors`.
 
 from __future__ import annotations
 
-from typing import Any
-
 from daskqueue.error_root import DaskQueueError
 from daskqueue.store_errors import (
     CorruptPoolFileError,
@@ -123,14 +121,23 @@ class QueueClosedError(DaskQueueError):
 class PoolClosedError(QueueClosedError):
     """The pool an attached handle (or a handle inside a task) works on was closed by its
     owner, or is no longer registered under the name asked for: its queues accept nothing
-    more. ``name`` is the pool's name."""
+    more. Or, with ``handle`` (what the handle is, e.g. ``"attached handle (producer 7)"``),
+    that handle itself was closed and is still called through: the pool stays open, and a
+    new handle attached by name uses it. ``name`` is the pool's name."""
 
-    def __init__(self, name: str, detail: str = "") -> None:
+    _fields = ("name", "detail")
+    _keyword_fields = ("handle",)
+
+    def __init__(self, name: str, detail: str = "", *, handle: str | None = None) -> None:
         self.name = name
-        super().__init__(f"queue pool {name!r} was closed by its owner{': ' + detail if detail else ''}")
-
-    def __reduce__(self) -> Any:
-        return (type(self), (self.name,))
+        self.detail = detail
+        self.handle = handle
+        if handle is None:
+            what = f"queue pool {name!r} was closed by its owner"
+        else:
+            what = (f"{handle} on queue pool {name!r} was closed (the pool stays open): it sends and reads "
+                    f"nothing more; attach a new handle with QueuePool.attach(client, {name!r})")
+        super().__init__(f"{what}{': ' + detail if detail else ''}")
 
 
 class QueueLostError(DaskQueueError):

@@ -36,8 +36,8 @@ from typing import Any, Callable, Protocol
 
 from daskqueue.errors import ConfigurationError
 
-__all__ = ["ProducerSpec", "TaskPool", "get_pool", "new_producer_tag", "new_map_tag", "MAP_TAG", "running_in", "set_producer",
-           "current_source", "ClassOrInstanceMethod", "OWNER"]
+__all__ = ["ProducerSpec", "TaskPool", "get_pool", "new_producer_tag", "new_map_tag", "MAP_TAG", "running_in",
+           "set_producer", "current_source", "ClassOrInstanceMethod", "OWNER"]
 
 logger = logging.getLogger("daskqueue")
 

@@ -144,7 +144,7 @@ class PoolHandle(QueuePool):
                 except Exception as e:  # best effort: its records then wait in the queue
                     logger.debug("%r: queue %d did not forget producer %d: %s", self, q, self.producer, e)
         if self._role == "attached":  # its handles are its own (a map sibling shares its parent's)
-            closed = functools.partial(PoolClosedError, self.name, f"{self!r} was closed")
+            closed = functools.partial(PoolClosedError, self.name, handle=f"attached handle (producer {self.producer})")
             for handle in self.table.handles:
                 release = getattr(type(handle), "release", None)
                 if release is not None:  # its lane's sockets and its hold on the actor's key, not left to the GC
