@@ -111,3 +111,28 @@ def test_closing_a_consumer_pool_right_after_a_worker_died_skips_its_consumer_an
         cp.close()
         wait_until(lambda: victim in qp.lost_addresses(), timeout_s=30)  # so qp.close skips it
         qp.close()
+
+
+@pytest.mark.timeout(90)
+def test_a_consumer_pool_made_right_after_a_worker_died_starts_on_the_others_within_seconds(jobs):
+    # The pool's view of the cluster is a moment behind: it places a consumer on the dead
+    # worker too, which never starts there (one per worker is bound to its worker).
+    client, procs = jobs(2)
+    qp = QueuePool(client, 2)
+    victim = qp.queues[1]._address
+    [survivor] = {h._address for h in qp.queues} - {victim}
+    job = _job_of(client, procs, victim)
+    cp = None
+    try:
+        os.killpg(job.pid, signal.SIGKILL)
+        started = time.monotonic()
+        cp = ConsumerPool(client, qp, isolation="thread")  # one consumer per worker
+        took = time.monotonic() - started
+        job.wait(timeout=30)
+        assert took < BOUND_S, f"making the pool took {took:.1f} s"
+        assert [h._address for h in cp.consumers] == [survivor]
+    finally:
+        if cp is not None:
+            cp.close()
+        wait_until(lambda: victim in qp.lost_addresses(), timeout_s=30)
+        qp.close()

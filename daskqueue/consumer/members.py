@@ -216,6 +216,54 @@ class Members:
         except BaseException:
             future.release()
             raise
+        return self._member(index, future, handle)
+
+    def await_members(self, spawned: list[tuple[str, bool, int, Any]]) -> list[_Member]:
+        """The consumers just submitted (``(worker, strict, index, future)``), once started,
+        within one ``ACTOR_START_TIMEOUT_S``. One bound to a worker (``strict``) that the
+        scheduler no longer has is released, not waited for: it would never start, and the
+        pool's view of the cluster may be a moment behind the scheduler's (the scheduler is
+        asked every ``LOSS_CHECK_S``). Any other failure releases them all and is raised."""
+        deadline = time.monotonic() + defaults.ACTOR_START_TIMEOUT_S
+        pending = {index: (worker, strict, future) for worker, strict, index, future in spawned}
+        started: list[_Member] = []
+        next_look = time.monotonic() + LOSS_CHECK_S
+        try:
+            while pending:
+                now = time.monotonic()
+                if now >= next_look:
+                    self._drop_unplaceable(pending)
+                    next_look = time.monotonic() + LOSS_CHECK_S
+                    continue
+                index, (_, _, future) = next(iter(pending.items()))
+                try:
+                    handle = future.result(timeout=max(0.001, min(next_look, deadline) - now))
+                except _TIMEOUTS:
+                    if time.monotonic() < deadline:
+                        continue  # not started yet: look whether its worker is still there
+                    raise
+                del pending[index]
+                started.append(self._member(index, future, handle))
+        except BaseException:
+            for _, _, future in pending.values():
+                future.release()
+            for m in started:
+                free_actor(m.future, m.handle)
+            raise
+        return sorted(started, key=lambda m: m.index)
+
+    def _drop_unplaceable(self, pending: dict[int, tuple[str, bool, Any]]) -> None:
+        """Release the consumers of ``pending`` bound to a worker the scheduler no longer has."""
+        alive = self._scheduler_workers()
+        if alive is None:
+            return
+        for index, (worker, strict, future) in list(pending.items()):
+            if strict and worker not in alive and future.status != "finished":
+                logger.info("consumer %d not started: its worker %s is gone", index, worker)
+                future.release()
+                del pending[index]
+
+    def _member(self, index: int, future: Any, handle: Any) -> _Member:
         from daskqueue.queue.actor_handles import bound_to  # imports Dask: the client's side only
 
         bound_to(handle, self.client)

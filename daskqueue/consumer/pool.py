@@ -152,13 +152,10 @@ class ConsumerPool(ConsumerPool020, ConsumerPoolAsync, OpensOnAwait):
                 raise ConfigurationError(NO_WORKERS_HINT)
             return []
         count = len(workers) if n_consumers is None else n_consumers
-        futures = [self.members.spawn(workers[i % len(workers)], strict=self.per_worker) for i in range(count)]
-        try:
-            return [self.members.await_member(i, f) for i, f in futures]
-        except BaseException:
-            for _, f in futures:
-                f.release()
-            raise
+        strict = self.per_worker
+        places = [workers[i % len(workers)] for i in range(count)]
+        spawned = [(w, strict, *self.members.spawn(w, strict=strict)) for w in places]
+        return self.members.await_members(spawned)  # (releases them all if it raises)
 
     # -- consumers: creation, placement -------------------------------------------------------
 
