@@ -13,12 +13,26 @@ One root, :class:`DaskQueueError`, then groups by who caused the error:
 * user code failed on a worker (:class:`RemoteTaskError`), or killed the process running it
   (:class:`KilledWorkerError`, as the ``exc_type`` of a ``RemoteTaskError``).
 
-Leaves that wrap another exception set ``__cause__`` (``raise ... from e``).
+Leaves that wrap another exception set ``__cause__`` (``raise ... from e``). Every one is
+imported from here; the root (and how errors pickle) is :mod:`daskqueue.error_root`'s, the
+durable store's group is defined in :mod:`daskqueue.store_errors`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from daskqueue.error_root import DaskQueueError
+from daskqueue.store_errors import (
+    CorruptPoolFileError,
+    CorruptRecordError,
+    CorruptStoreError,
+    ForeignDirectoryError,
+    FormatVersionError,
+    StoreError,
+    StoreFullError,
+    StoreIOError,
+    StoreLockedError,
+    StorePermissionError,
+)
 
 __all__ = [
     # the root
@@ -39,27 +53,6 @@ __all__ = [
     "CorruptPoolFileError", "FormatVersionError", "CorruptRecordError", "StoreFullError",
     "StoreIOError", "StorePermissionError",
 ]
-
-
-class DaskQueueError(Exception):
-    """Root of every error raised by daskqueue.
-
-    Errors cross processes pickled: a subclass whose constructor takes arguments names, in
-    ``_fields``, the attributes that hold them (in order; keyword-only ones in
-    ``_keyword_fields``), and is rebuilt from them."""
-
-    _fields: tuple[str, ...] = ()
-    _keyword_fields: tuple[str, ...] = ()
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        if not self._fields:
-            return super().__reduce__()
-        return (_rebuild, (type(self), tuple(getattr(self, f) for f in self._fields),
-                           {f: getattr(self, f) for f in self._keyword_fields}))
-
-
-def _rebuild(cls: type[DaskQueueError], args: tuple[Any, ...], kwargs: dict[str, Any]) -> DaskQueueError:
-    return cls(*args, **kwargs)
 
 
 # -- the caller's mistakes ------------------------------------------------------------------------
@@ -128,14 +121,23 @@ class QueueClosedError(DaskQueueError):
 class PoolClosedError(QueueClosedError):
     """The pool an attached handle (or a handle inside a task) works on was closed by its
     owner, or is no longer registered under the name asked for: its queues accept nothing
-    more. ``name`` is the pool's name."""
+    more. Or, with ``handle`` (what the handle is, e.g. ``"attached handle (producer 7)"``),
+    that handle itself was closed and is still called through: the pool stays open, and a
+    new handle attached by name uses it. ``name`` is the pool's name."""
 
-    def __init__(self, name: str, detail: str = "") -> None:
+    _fields = ("name", "detail")
+    _keyword_fields = ("handle",)
+
+    def __init__(self, name: str, detail: str = "", *, handle: str | None = None) -> None:
         self.name = name
-        super().__init__(f"queue pool {name!r} was closed by its owner{': ' + detail if detail else ''}")
-
-    def __reduce__(self) -> Any:
-        return (type(self), (self.name,))
+        self.detail = detail
+        self.handle = handle
+        if handle is None:
+            what = f"queue pool {name!r} was closed by its owner"
+        else:
+            what = (f"{handle} on queue pool {name!r} was closed (the pool stays open): it sends and reads "
+                    f"nothing more; attach a new handle with QueuePool.attach(client, {name!r})")
+        super().__init__(f"{what}{': ' + detail if detail else ''}")
 
 
 class QueueLostError(DaskQueueError):
@@ -356,94 +358,3 @@ class RemoteTaskError(DaskQueueError):
 
     def __repr__(self) -> str:
         return f"RemoteTaskError(task_id={self.task_id}, {self.exc_type}: {self.exc_message!r})"
-
-
-# -- the durable store ----------------------------------------------------------------------------
-
-
-class StoreError(DaskQueueError):
-    """A durable queue's directory or files cannot be used; nothing acknowledged was lost."""
-
-
-class StoreLockedError(StoreError):
-    """Another queue actor holds this queue directory open (its ``LOCK`` is taken)."""
-
-
-class ForeignDirectoryError(StoreError):
-    """The directory is not a daskqueue store: not empty and without the store's marker."""
-
-
-class CorruptStoreError(StoreError):
-    """A store file is not what its name says (wrong magic, damaged header)."""
-
-
-class CorruptPoolFileError(CorruptStoreError):
-    """A durable pool's ``daskqueue-pool.json`` cannot be read as a pool file (not JSON, or
-    fields of the wrong kind); ``path`` and ``reason`` say which and why. The queues' own
-    directories are untouched: repair or restore the file, then reopen the pool."""
-
-    _fields = ("path", "reason")
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-
-class FormatVersionError(StoreError):
-    """A store file was written by a newer format version than this code reads."""
-
-    _fields = ("path", "version", "supported")
-
-    def __init__(self, path: str, version: int, supported: int) -> None:
-        super().__init__(f"{path}: format version {version} is newer than {supported}; upgrade daskqueue")
-        self.path = path
-        self.version = version
-        self.supported = supported
-
-
-class CorruptRecordError(StoreError):
-    """A record failed its checksum before the end of its file: it was skipped.
-
-    Reported (not raised) during recovery through the store's ``on_corruption`` callback;
-    ``path``, ``offset`` and ``bytes_dropped`` say exactly what was lost.
-    """
-
-    _fields = ("path", "offset", "reason", "bytes_dropped")
-
-    def __init__(self, path: str, offset: int, reason: str, bytes_dropped: int) -> None:
-        super().__init__(f"{path} at offset {offset}: {reason}; {bytes_dropped} bytes dropped")
-        self.path = path
-        self.offset = offset
-        self.reason = reason
-        self.bytes_dropped = bytes_dropped
-
-
-class StoreFullError(StoreError):
-    """The disk (or quota) is full: the write was refused and rolled back; retry later."""
-
-
-class StoreIOError(StoreError):
-    """The operating system failed a file operation of the store (``EIO`` from a read, write,
-    ``fsync`` or ``msync``, ...). ``path``, ``operation`` and ``errno`` say which; the
-    ``OSError`` is the ``__cause__``.
-
-    After a failed write-back (``fsync``/``msync``) the kernel may have dropped the unwritten
-    pages, so the store refuses every later write with this error: reopen the queue, and
-    recovery reads what really is on disk. Writes acknowledged before the failure were in the
-    page cache, so a process that keeps running loses none of them.
-    """
-
-    _fields = ("path", "operation", "errno", "detail")
-
-    def __init__(self, path: str, operation: str, errno: int | None, detail: str) -> None:
-        super().__init__(f"{path}: {operation} failed: {detail}")
-        self.path = path
-        self.operation = operation
-        self.errno = errno
-        self.detail = detail
-
-
-class StorePermissionError(StoreIOError):
-    """The store's directory or one of its files may not be read or written (``EACCES``,
-    ``EPERM``, ``EROFS``); nothing was modified by the refused operation."""

@@ -7,6 +7,7 @@ The :class:`~daskqueue.results.ResultCollector` fetches and files outcomes; an
 reported as :class:`JoinTimeoutError`), and every wait that needs consumers raises
 :class:`NoConsumersError` once work is pending and none is started. A ``join`` that returns
 over failed tasks says so (a warning with the counts): it returns normally either way.
+``as_completed``'s two ways through its outcomes are :mod:`daskqueue.outcome_batches`'.
 """
 
 from __future__ import annotations
@@ -19,20 +20,17 @@ from daskqueue import defaults, outcome_rest
 from daskqueue.compat import warn_at_user
 from daskqueue.errors import (
     QueueCallTimeoutError,
-    ConfigurationError,
     JoinTimeoutError,
     NoConsumersError,
     QueueMovedError,
     RemoteTaskError,
 )
+from daskqueue.outcome_batches import Batch, CompletedBatches
 from daskqueue.queue.table import QueueTable
 from daskqueue.results import PRIME_MAX_MESSAGES, MapClaim, ResultCollector
-from daskqueue.stream_claim import StreamClaim, id_runs
+from daskqueue.stream_claim import id_runs
 
 __all__ = ["Outcomes", "join_counts"]
-
-#: One poll's outcomes, ``(task_id, outcome)`` pairs made as they are read (``zip``).
-Batch = Iterator[tuple[int, Any]]
 
 logger = logging.getLogger("daskqueue")
 
@@ -70,7 +68,7 @@ def _timed_out(timeout_s: float | None, error: QueueCallTimeoutError) -> JoinTim
     return out
 
 
-class Outcomes:
+class Outcomes(CompletedBatches):
     """Waiting for the outcomes of one queue pool (its ``collector`` and ``table``);
     ``consumers_running()`` says whether any consumer pool of it is started."""
 
@@ -324,79 +322,3 @@ class Outcomes:
                 return
             ids = listed
         yield from self._taken_batches(inflight, ids, deadline, timeout_s)
-
-    def _claimed_batches(self, ids: list[int], runs: list[tuple[int, int, int, int]], inflight: Callable[[], int],
-                         deadline: float | None, timeout_s: float | None) -> Iterator[Batch]:
-        """``batches`` of distinct ids, claimed (see :mod:`daskqueue.stream_claim`) for as
-        long as the caller takes them."""
-        claim = StreamClaim(ids)
-        if not self.collector.claim_stream(claim, runs):
-            yield from self._taken_batches(inflight, ids, deadline, timeout_s)
-            return
-        collector = self.collector
-        batch: Batch = iter(())  # the batch being read: its rest is given back on close
-        asked: list[float] = []  # when the stats were last asked (see _stats_due)
-        try:
-            while True:
-                got, values = collector.drain_stream(claim)
-                if got:
-                    yield (batch := zip(got, values))
-                if claim.complete:
-                    got, values = collector.drain_stream(claim)
-                    if got:
-                        yield (batch := zip(got, values))
-                    return
-                if self._poll_until(deadline, timeout_s):
-                    if deadline is not None and time.monotonic() > deadline:  # others' outcomes keep coming
-                        raise JoinTimeoutError(timeout_s or 0.0, {"pending": claim.n - claim.settled})
-                    continue
-                if self._stats_due(asked, deadline) and self.settled_all(inflight, deadline, timeout_s):
-                    self._poll_until(deadline, timeout_s)
-                    got, values = collector.drain_stream(claim)
-                    if got:
-                        yield (batch := zip(got, values))
-                    if not claim.complete:
-                        missing = claim.missing()
-                        raise ConfigurationError(
-                            f"{len(missing):,} of the ids (e.g. {min(missing)}) have no outcome to come: "
-                            "taken already (by as_completed or results(clear=True)), or not of this pool")
-                    return
-                self.table.check_scheduler()
-                self._await_outcomes(deadline, timeout_s, first=True)  # yielded as they come
-        finally:
-            collector.release_stream(claim)
-            collector.give_back(batch)  # empty unless the reader stopped in its middle
-
-    def _taken_batches(self, inflight: Callable[[], int], ids: Iterable[int] | None, deadline: float | None,
-                       timeout_s: float | None) -> Iterator[Batch]:
-        wanted = None if ids is None else set(ids)
-        collector = self.collector
-        cursor = None
-        batch: Batch = iter(())  # the batch being read: its rest is given back on close
-        rests = outcome_rest.MapRest()  # a flat poll interval after each empty round stalled it
-        try:
-            while wanted is None or wanted:
-                self._poll_until(deadline, timeout_s)
-                got, values, cursor = collector.take_since(wanted, cursor)
-                if got:
-                    if wanted is not None:
-                        wanted.difference_update(got)
-                        rests.arrived(time.monotonic(), len(got), len(wanted))
-                    yield (batch := zip(got, values))
-                    continue
-                if self.settled_all(inflight, deadline, timeout_s):
-                    self._poll_until(deadline, timeout_s)
-                    got, values, cursor = collector.take_since(wanted, cursor)
-                    if got:
-                        yield (batch := zip(got, values))
-                    if wanted is not None:
-                        wanted.difference_update(got)
-                        if wanted:
-                            raise ConfigurationError(
-                                f"{len(wanted):,} of the ids (e.g. {min(wanted)}) have no outcome to come: "
-                                "taken already (by as_completed or results(clear=True)), or not of this pool")
-                    return
-                self.table.check_scheduler()
-                self._rest(None if wanted is None else len(wanted), deadline, timeout_s, rests.next())
-        finally:
-            collector.give_back(batch)  # empty unless the reader stopped in its middle

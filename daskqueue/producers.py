@@ -32,17 +32,31 @@ import logging
 import secrets
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from daskqueue.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from daskqueue.queue.pool import QueuePool
-
-__all__ = ["ProducerSpec", "get_pool", "new_producer_tag", "new_map_tag", "MAP_TAG", "running_in", "set_producer",
-           "current_source", "ClassOrInstanceMethod", "OWNER"]
+__all__ = ["ProducerSpec", "TaskPool", "get_pool", "new_producer_tag", "new_map_tag", "MAP_TAG", "running_in",
+           "set_producer", "current_source", "ClassOrInstanceMethod", "OWNER"]
 
 logger = logging.getLogger("daskqueue")
+
+
+class TaskPool(Protocol):
+    """What :func:`get_pool` returns, as far as a task uses it: a
+    :class:`~daskqueue.QueuePool` (a handle on the pool the running message came from).
+
+    Named by what it does, not imported: this module is imported by the pool's modules, and
+    the pool's import here (even one for type checkers only) made an import cycle."""
+
+    name: str
+
+    def submit(self, *args: Any, **kwargs: Any) -> Any: ...
+    def batch_submit(self, *args: Any, **kwargs: Any) -> Any: ...
+    def put_many(self, *args: Any, **kwargs: Any) -> Any: ...
+    def map(self, *args: Any, **kwargs: Any) -> Any: ...
+    def imap(self, *args: Any, **kwargs: Any) -> Any: ...
+    def imap_unordered(self, *args: Any, **kwargs: Any) -> Any: ...
 
 #: The producer tag of a pool's owner.
 OWNER = 0
@@ -112,7 +126,7 @@ class ClassOrInstanceMethod:
 _context = threading.local()
 
 
-def running_in(source: Callable[[int], QueuePool] | None) -> None:
+def running_in(source: Callable[[int], TaskPool] | None) -> None:
     """Called by a consumer on its run thread before a batch (and with None after):
     ``source(producer_tag)`` gives the pool handle ``get_pool()`` returns."""
     _context.source = source
@@ -130,7 +144,7 @@ def set_producer(producer: int) -> None:
     _context.producer = producer
 
 
-def get_pool() -> QueuePool:
+def get_pool() -> TaskPool:
     """The pool the running message came from, as a handle for enqueueing follow-up work.
 
     Call it inside a task function or ``ConsumerBase.process_item``. ``submit``,

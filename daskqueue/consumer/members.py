@@ -11,21 +11,35 @@ queue pool's queues are placed there (bounded), so that its first calls find the
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import cloudpickle
 from distributed import Client
 
 from daskqueue import defaults
 from daskqueue.queue.handles import call_all, free_actor, queue_ref
+from daskqueue.scheduler_query import scheduler_workers
 
-__all__ = ["Members"]
+__all__ = ["Members", "LOSS_CHECK_S", "LOSS_ASK_TIMEOUT_S"]
 
 logger = logging.getLogger("daskqueue")
+
+#: What waiting on a call's answer raises when it is not there in time (distinct classes
+#: before Python 3.11).
+_TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)
+
+#: While the pool waits for its consumers' answers (``start``, ``stop``, ``close``,
+#: ``stats``), how often it asks the scheduler whether a worker of theirs died meanwhile,
+#: and how long that question may take (a scheduler that does not answer leaves the wait
+#: bounded by its own deadline alone).
+LOSS_CHECK_S = 0.5
+LOSS_ASK_TIMEOUT_S = 2.0
 
 
 @dataclass(eq=False)
@@ -67,10 +81,10 @@ class Members:
             return [m for m in self.members if m.future.status == "finished"]
 
     def call_all(self, method: str) -> list[str]:
-        """``method()`` on every live consumer, concurrently, all within ``STOP_TIMEOUT_S``;
+        """``method()`` on every live consumer, as :meth:`ask_all`, within ``STOP_TIMEOUT_S``;
         return the failures, as text (a lost consumer must not stop the others)."""
-        targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in self.live()]
-        return call_all(targets, method, timeout_s=defaults.STOP_TIMEOUT_S)
+        _, failed = self.ask_all(self.live(), method, timeout_s=defaults.STOP_TIMEOUT_S)
+        return failed
 
     def close_all(self) -> list[str]:
         """Close every live consumer (as :meth:`call_all`), then release every consumer
@@ -81,6 +95,96 @@ class Members:
         for m in members:
             free_actor(m.future, m.handle)
         return failed
+
+    def ask_all(self, members: list[_Member], method: str, *args: Any, timeout_s: float,
+                look_first: bool = True,
+                args_of: Callable[[_Member], tuple[Any, ...]] | None = None) -> tuple[dict[int, Any], list[str]]:
+        """``method(*args)`` (or ``method(*args_of(member))``) of every one of ``members``,
+        concurrently, within one deadline of ``timeout_s``; return the answers by consumer
+        index, and the failures, as text.
+
+        A consumer whose worker the scheduler no longer has is not waited for, and the
+        others are told (``workers_lost``): their calls to queues there end at once, where a
+        ``stop`` or ``close`` would wait them out (``REMOTE_CALL_TIMEOUT_S``, 20 s), and the
+        call to a dead consumer never ends before the deadline. The pool's membership thread
+        may not have told them yet. The scheduler is asked first (with ``look_first``) and
+        every ``LOSS_CHECK_S`` while an answer is awaited; one that does not answer leaves
+        the wait bounded by ``timeout_s``. Such a consumer is logged, not a failure (the
+        pool replaces or forgets it when it hears of the loss), also when its call failed
+        at once (the worker had just died, and the scheduler says so after)."""
+        deadline = time.monotonic() + timeout_s
+        gone: set[str] = set()
+        looking = True  # until the scheduler does not answer: then the deadline alone bounds the wait
+        if look_first:
+            found = self._without_lost(members, gone)
+            members, looking = members if found is None else found, found is not None
+        pending: dict[int, tuple[_Member, Any]] = {}
+        answers: dict[int, Any] = {}
+        errors: list[tuple[_Member, str]] = []
+        for m in members:
+            try:
+                pending[m.index] = (m, getattr(m.handle, method)(*(args if args_of is None else args_of(m))))
+            except Exception as e:  # e.g. Dask already knows the actor lost
+                errors.append((m, f"{_name(m)}: {type(e).__name__}: {e}"))
+        next_look = time.monotonic() + LOSS_CHECK_S if looking else deadline
+        while pending:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if now >= next_look:
+                alive = self._without_lost([m for m, _ in pending.values()], gone)
+                if alive is not None:
+                    pending = {m.index: pending[m.index] for m in alive}
+                next_look = time.monotonic() + LOSS_CHECK_S if alive is not None else deadline
+                continue
+            index = next(iter(pending))
+            m, future = pending[index]
+            try:
+                answers[index] = future.result(timeout=max(0.001, min(deadline, next_look) - now))
+            except _TIMEOUTS:
+                if not _done(future):
+                    continue  # not answered yet: look whether its worker is still there
+                errors.append((m, f"{_name(m)}: no answer to {method}"))
+            except Exception as e:
+                errors.append((m, f"{_name(m)}: {type(e).__name__}: {e}"))
+            del pending[index]
+        errors += [(m, f"{_name(m)}: no answer to {method} within {timeout_s:g} s") for m, _ in pending.values()]
+        if errors and looking:  # a call to a worker that had just died fails at once (its connection reset)
+            self._without_lost([m for m, _ in errors], gone)
+        return answers, [text for m, text in errors if m.address not in gone]
+
+    def _without_lost(self, members: list[_Member], gone: set[str]) -> list[_Member] | None:
+        """``members`` but those whose worker the scheduler no longer has (None: it did not
+        answer); tell the other consumers of the pool of workers newly found gone (added to
+        ``gone``), queues' too."""
+        alive = self._scheduler_workers()
+        if alive is None:
+            return None
+        places = {m.address for m in members} | {r[1] for r in self.queue_pool.queue_refs() if r is not None}
+        new = {a for a in places if a and a not in alive and a not in gone}
+        if not new:
+            return members
+        gone |= new
+        staying = [m for m in members if m.address not in gone]
+        for m in members:
+            if m.address in gone:
+                logger.info("consumer %d: its worker %s is gone; not waited for", m.index, m.address)
+        with self.lock:
+            told = [m for m in self.members if m.address not in gone and m.future.status == "finished"]
+        for m in told:
+            try:  # not awaited: what it ends is what the caller waits for
+                m.handle.workers_lost(sorted(gone))
+            except Exception as e:
+                logger.debug("%s: not told of lost workers: %s: %s", _name(m), type(e).__name__, e)
+        return staying
+
+    def _scheduler_workers(self) -> set[str] | None:
+        """The workers the scheduler has now (None: it did not answer in time)."""
+        try:
+            return set(scheduler_workers(self.client, timeout_s=LOSS_ASK_TIMEOUT_S))
+        except Exception as e:
+            logger.debug("the scheduler's workers not read: %s: %s", type(e).__name__, e)
+            return None
 
     def spawn(self, worker: str, *, strict: bool) -> tuple[int, Any]:
         """Submit a consumer actor for ``worker`` (only there if ``strict``); its index and future."""
@@ -112,6 +216,54 @@ class Members:
         except BaseException:
             future.release()
             raise
+        return self._member(index, future, handle)
+
+    def await_members(self, spawned: list[tuple[str, bool, int, Any]]) -> list[_Member]:
+        """The consumers just submitted (``(worker, strict, index, future)``), once started,
+        within one ``ACTOR_START_TIMEOUT_S``. One bound to a worker (``strict``) that the
+        scheduler no longer has is released, not waited for: it would never start, and the
+        pool's view of the cluster may be a moment behind the scheduler's (the scheduler is
+        asked every ``LOSS_CHECK_S``). Any other failure releases them all and is raised."""
+        deadline = time.monotonic() + defaults.ACTOR_START_TIMEOUT_S
+        pending = {index: (worker, strict, future) for worker, strict, index, future in spawned}
+        started: list[_Member] = []
+        next_look = time.monotonic() + LOSS_CHECK_S
+        try:
+            while pending:
+                now = time.monotonic()
+                if now >= next_look:
+                    self._drop_unplaceable(pending)
+                    next_look = time.monotonic() + LOSS_CHECK_S
+                    continue
+                index, (_, _, future) = next(iter(pending.items()))
+                try:
+                    handle = future.result(timeout=max(0.001, min(next_look, deadline) - now))
+                except _TIMEOUTS:
+                    if time.monotonic() < deadline:
+                        continue  # not started yet: look whether its worker is still there
+                    raise
+                del pending[index]
+                started.append(self._member(index, future, handle))
+        except BaseException:
+            for _, _, future in pending.values():
+                future.release()
+            for m in started:
+                free_actor(m.future, m.handle)
+            raise
+        return sorted(started, key=lambda m: m.index)
+
+    def _drop_unplaceable(self, pending: dict[int, tuple[str, bool, Any]]) -> None:
+        """Release the consumers of ``pending`` bound to a worker the scheduler no longer has."""
+        alive = self._scheduler_workers()
+        if alive is None:
+            return
+        for index, (worker, strict, future) in list(pending.items()):
+            if strict and worker not in alive and future.status != "finished":
+                logger.info("consumer %d not started: its worker %s is gone", index, worker)
+                future.release()
+                del pending[index]
+
+    def _member(self, index: int, future: Any, handle: Any) -> _Member:
         from daskqueue.queue.actor_handles import bound_to  # imports Dask: the client's side only
 
         bound_to(handle, self.client)
@@ -217,18 +369,31 @@ class Members:
 
     def queues_changed(self) -> None:
         """The queue pool added or removed queues: every consumer fetches from the new set,
-        and takes a home among them in turn."""
-        for m in self.live():
+        and takes a home among them in turn (all told at once, within one deadline)."""
+        def args_of(m: _Member) -> tuple[Any, ...]:
             refs, home = self._queue_refs(m.index)
-            self.tell([m], "set_queues", {i: r for i, r in enumerate(refs) if r is not None}, home)
+            return {i: r for i, r in enumerate(refs) if r is not None}, home
+
+        self.tell(self.live(), "set_queues", args_of=args_of)
 
     def queue_moved(self, queue_index: int, handle: Any) -> None:
         """A durable queue was reopened elsewhere: every consumer calls it there from now on."""
         self.tell(self.live(), "set_queue", queue_index, queue_ref(handle))
 
-    @staticmethod
-    def tell(members: list[_Member], method: str, *args: Any) -> None:
-        targets = [(f"consumer {m.index} on {m.address}", m.handle) for m in members]
-        failed = call_all(targets, method, *args, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
+    def tell(self, members: list[_Member], method: str, *args: Any,
+             args_of: Callable[[_Member], tuple[Any, ...]] | None = None) -> None:
+        """``method`` of ``members`` as :meth:`ask_all`, within ``CONTROL_CALL_TIMEOUT_S``
+        (a consumer found lost is not waited for); log the failures."""
+        _, failed = self.ask_all(members, method, *args, timeout_s=defaults.CONTROL_CALL_TIMEOUT_S,
+                                 look_first=False, args_of=args_of)
         if failed:
             logger.warning("%s failed: %s", method, failed)
+
+
+def _name(m: _Member) -> str:
+    return f"consumer {m.index} on {m.address}"
+
+
+def _done(future: Any) -> bool:
+    done = getattr(future, "done", None)
+    return bool(done()) if done is not None else True

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Iterable, Iterator
 
 from distributed import Client
@@ -153,13 +152,10 @@ class ConsumerPool(ConsumerPool020, ConsumerPoolAsync, OpensOnAwait):
                 raise ConfigurationError(NO_WORKERS_HINT)
             return []
         count = len(workers) if n_consumers is None else n_consumers
-        futures = [self.members.spawn(workers[i % len(workers)], strict=self.per_worker) for i in range(count)]
-        try:
-            return [self.members.await_member(i, f) for i, f in futures]
-        except BaseException:
-            for _, f in futures:
-                f.release()
-            raise
+        strict = self.per_worker
+        places = [workers[i % len(workers)] for i in range(count)]
+        spawned = [(w, strict, *self.members.spawn(w, strict=strict)) for w in places]
+        return self.members.await_members(spawned)  # (releases them all if it raises)
 
     # -- consumers: creation, placement -------------------------------------------------------
 
@@ -233,7 +229,9 @@ class ConsumerPool(ConsumerPool020, ConsumerPoolAsync, OpensOnAwait):
     def cancel(self) -> None:
         """Stop every consumer: running items finish, fetched-but-unstarted ones are released
         back to their queues, every fetched batch is settled. ``start()`` resumes. Returns
-        within ``STOP_TIMEOUT_S`` (25 s) even if workers died."""
+        within ``STOP_TIMEOUT_S`` (25 s) even if workers died; a consumer whose worker the
+        scheduler no longer has is not waited for, and the others are told of the loss
+        (:meth:`Members.ask_all`), though the pool may not have heard of it yet."""
         _not_in_client_loop(self.client)
         self.members.started = False
         self._tell_slots()
@@ -289,8 +287,10 @@ class ConsumerPool(ConsumerPool020, ConsumerPoolAsync, OpensOnAwait):
         return self.queue_pool.outcomes.batches(self._inflight, ids, timeout)
 
     def close(self) -> None:
-        """Stop every consumer and end its threads and child process. Returns within
-        ``STOP_TIMEOUT_S`` (25 s) even if workers died. Idempotent."""
+        """Stop every consumer and end its threads and child process, and release every
+        consumer actor. Returns within ``STOP_TIMEOUT_S`` (25 s) even if workers died; a
+        consumer whose worker the scheduler no longer has is not called (nor waited for), and
+        the others are told of the loss first, as :meth:`cancel` does. Idempotent."""
         _not_in_client_loop(self.client)
         if self.members.closed:
             return
@@ -360,17 +360,16 @@ class ConsumerPool(ConsumerPool020, ConsumerPoolAsync, OpensOnAwait):
 
     def stats(self) -> list[ConsumerStats]:
         """A :class:`ConsumerStats` per live consumer, in the order of :attr:`consumers`.
-        A consumer whose worker died is left out (the pool replaces it on its own). Starts
-        nothing; bounded by ``CONTROL_CALL_TIMEOUT_S`` per call."""
+        A consumer whose worker died is left out (the pool replaces it on its own), as soon
+        as the scheduler says it is gone. Starts nothing; bounded by ``CONTROL_CALL_TIMEOUT_S``
+        for all the calls together."""
         _not_in_client_loop(self.client)
-        calls = [(m, m.handle.stats()) for m in self.members.live()]
-        out = []
-        for m, future in calls:
-            try:
-                out.append(future.result(timeout=defaults.CONTROL_CALL_TIMEOUT_S))
-            except (Exception, FutureTimeout) as e:
-                logger.warning("consumer %d on %s left out of stats: %s", m.index, m.address, e)
-        return out
+        live = self.members.live()
+        answers, failed = self.members.ask_all(live, "stats", timeout_s=defaults.CONTROL_CALL_TIMEOUT_S,
+                                               look_first=False)
+        if failed:
+            logger.warning("consumers left out of stats: %s", failed)
+        return [answers[m.index] for m in live if m.index in answers]
 
 
 def check_consumer_class(ConsumerClass: Any) -> None:

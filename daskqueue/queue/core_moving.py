@@ -60,16 +60,22 @@ class CoreMovingMixin:
 
     # -- moving -----------------------------------------------------------------------------
 
-    def take_moving(self, dest: Callable[[Any], int | None], *,
-                    now: float) -> tuple[dict[int, Lease], dict[int, list[float]], dict[int, set[str]]]:
+    def take_moving(self, dest: Callable[[Any], int | None], *, now: float,
+                    key_dest: Callable[[str], int | None] | None = None,
+                    ) -> tuple[dict[int, Lease], dict[int, list[float]], dict[int, set[str]]]:
         """Lease to :data:`MOVER` every waiting (ready or delayed) message whose chunk
         ``dest(chunk)`` sends to another queue (an int; None: it stays), but a message that
         holds its key: that one runs here first, and its key is fenced at its new queue.
 
-        Returns, per destination, the lease (its spans in put order), the seconds until each
-        span is due (0: ready), and the keys held here that the destination must fence. Each
-        lease is then :meth:`drop_moved` once the destination stored its messages, or
-        settled with ``done=0`` (released) if it did not.
+        Returns, per destination, the lease (its spans in put order; none if nothing moves
+        there), the seconds until each span is due (0: ready), and the keys that the
+        destination must fence: every key it gets that a message here still has (running,
+        waiting for its retry, moving already) or that is fenced here, whether or not any
+        message of it moves now (a key whose one message runs here moves nothing, but its
+        next put goes to the destination). ``key_dest(key)``, if given, is where ``key``
+        goes: a key fenced here with no message here is fenced there too. Each lease is then
+        :meth:`drop_moved` once the destination stored its messages, or
+        :meth:`return_moved` if it did not.
         """
         taken: dict[int, list[tuple[Span, float]]] = {}
         for span, d in self._ready.extract(lambda span: None if self.holds(span) else dest(span.chunk)):
@@ -86,10 +92,31 @@ class CoreMovingMixin:
             # redelivered here while the destination may be storing them.
             lease.deadline = math.inf
             delays[d] = [delay for _, delay in spans]
-            # A key held here, or fenced here (it moved here while it ran elsewhere), is
-            # fenced at the destination too.
-            fences[d] = {s.chunk.key for s, _ in spans if s.chunk.key in self._holders or s.chunk.key in self.fences}
+            # A key fenced here (it moved here while it ran elsewhere) is fenced there too.
+            fences[d] = {s.chunk.key for s, _ in spans if s.chunk.key in self.fences}
+        moving = {lease.lease_id for lease in leases.values()}
+        for d, key in self._keys_staying(dest, moving, key_dest):
+            fences.setdefault(d, set()).add(key)
         return leases, delays, fences
+
+    def _keys_staying(self, dest: Callable[[Any], int | None], moving: set[int],
+                      key_dest: Callable[[str], int | None] | None) -> Iterable[tuple[int, str]]:
+        """``(destination, key)`` of each key that goes elsewhere while a message of it stays
+        here (the leases ``moving`` left: their messages are on their way), or that is fenced
+        here: the destination must not run the key's next message before those end."""
+        staying = [s for lease in self._leases if lease.lease_id not in moving for s in lease.spans]
+        staying += self._delayed.spans()  # what stays of them holds its key, or goes nowhere
+        staying += [s for s in self._ready.spans() if s.chunk.key is not None and self.holds(s)]
+        for span in staying:
+            if span.chunk.key is not None:
+                d = key_dest(span.chunk.key) if key_dest is not None else dest(span.chunk)
+                if d is not None:
+                    yield d, span.chunk.key
+        if key_dest is not None:
+            for key in self.fences.keys():
+                d = key_dest(key)
+                if d is not None:
+                    yield d, key
 
     def return_moved(self, lease_id: int, delays: list[float], *, now: float) -> None:
         """A move failed: the messages of mover lease ``lease_id`` stay here, each span back

@@ -42,7 +42,7 @@ Origin = Union[tuple[int, int, int], None]
 
 
 class MovingMixin:
-    """Remote methods ``move_out``, ``adopt``, ``holds_keys``; the fence checker task."""
+    """Remote methods ``move_out``, ``adopt``, ``fence_keys``, ``holds_keys``; the fence checker task."""
 
     # Owned by QueueActorBase and PeersMixin.
     index: int
@@ -69,7 +69,8 @@ class MovingMixin:
         their key, every message by its type in a typed pool, and with ``everything`` (this
         queue is being removed) the unkeyed ones too, spread over the others in turn. A key
         whose message runs here (or waits for its retry) keeps that message here, and its new
-        queue fences the key until this queue holds none of its messages.
+        queue fences the key until this queue holds none of its messages: also when none of
+        the key's messages moves (``fence_keys``), as its next put goes there.
 
         Each destination stores the messages before they leave here (a mover lease holds them
         meanwhile): a failure or a crash may deliver a message twice, never lose it. Once a
@@ -77,7 +78,8 @@ class MovingMixin:
         move here fails (a full disk: the record waits for the next write). Returns
         ``(old first seq, count, new queue, new first seq)`` per moved run (the client reports
         their outcomes under their old ids) and the errors of the destinations that did not
-        take theirs (those messages stay here, in their places).
+        take theirs (those messages stay here, in their places) or did not fence their keys
+        (the caller asks again).
 
         Messages of an attached producer (tag not 0) travel with their origin (the id they
         were given): the destination files a moved record for that producer (see ``adopt``),
@@ -87,9 +89,11 @@ class MovingMixin:
             await self._unpaused()
         self._start()
         now = self._now()
-        leases, delays, fences = self._core.take_moving(self._destinations(nodes, typed, everything), now=now)
+        dest, key_dest = self._destinations(nodes, typed, everything)
+        leases, delays, fences = self._core.take_moving(dest, now=now, key_dest=key_dest)
+        fences = {d: keys for d, keys in fences.items() if keys}
         if not leases:
-            return [], []
+            return [], await self._fence_at(fences)
         try:
             self._after_change(now)
         except BaseException:
@@ -101,13 +105,15 @@ class MovingMixin:
             groups = [moved_group(span, delay) for span, delay in zip(lease.spans, delays[d])]
             funcs = {g.digest: self._funcs[g.digest] for g in groups if g.digest is not None}
             origins = self._origins(lease.spans)
-            args: tuple[Any, ...] = (encode_put(groups, funcs), os.urandom(TOKEN_SIZE), sorted(fences[d]), self.index)
+            args: tuple[Any, ...] = (encode_put(groups, funcs), os.urandom(TOKEN_SIZE), sorted(fences.get(d, ())),
+                                     self.index)
             calls[d] = asyncio.ensure_future(self._peers[d].adopt(*args, *([origins] if origins else [])))
+        fenced = asyncio.ensure_future(self._fence_at({d: keys for d, keys in fences.items() if d not in leases}))
         await asyncio.wait(calls.values(), timeout=defaults.CONTROL_CALL_TIMEOUT_S)
+        failed: list[str] = await fenced  # within its own timeout
         if self._paused is not None:  # a compaction may have begun meanwhile
             await self._unpaused()
         moved: list[Moved] = []
-        failed: list[str] = []
         now = self._now()
         for d, call in calls.items():
             lease = leases[d]
@@ -138,11 +144,32 @@ class MovingMixin:
                         sum(m[1] for m in moved), sorted({m[2] for m in moved}))
         return moved, failed
 
-    def _destinations(self, nodes: list[int], typed: bool, everything: bool) -> Any:
-        """``dest(chunk)``: the peer a chunk moves to under the ring of ``nodes``, or None."""
+    async def _fence_at(self, fences: dict[int, set[str]]) -> list[str]:
+        """Have each queue ``d`` of ``fences`` fence its keys (they go there, none of their
+        messages moves there now, and one still runs here); the errors of those that did not."""
+        calls = {d: asyncio.ensure_future(self._peers[d].fence_keys(sorted(keys), self.index))
+                 for d, keys in fences.items()}
+        if not calls:
+            return []
+        await asyncio.wait(calls.values(), timeout=defaults.CONTROL_CALL_TIMEOUT_S)
+        failed = []
+        for d, call in calls.items():
+            if not call.done() or call.cancelled() or call.exception() is not None:
+                call.cancel()
+                error = "no answer in time" if not call.done() or call.cancelled() else repr(call.exception())
+                failed.append(f"queue {d}: fencing keys: {error}")
+        return failed
+
+    def _destinations(self, nodes: list[int], typed: bool, everything: bool) -> tuple[Any, Any]:
+        """``dest(chunk)``: the peer a chunk moves to under the ring of ``nodes``, or None;
+        and ``key_dest(key)``, where a key goes (None in a typed pool: types move, not keys)."""
         ring = HashRing(nodes)
         others = [n for n in nodes if n != self.index and n in self._peers]
         turn = itertools.count()
+
+        def key_dest(key: str) -> int | None:
+            d = ring.node(key)
+            return d if d != self.index and d in self._peers else None
 
         def dest(chunk: Chunk) -> int | None:
             if typed:
@@ -155,7 +182,16 @@ class MovingMixin:
                 return None
             return d if d != self.index and d in self._peers else None
 
-        return dest
+        return dest, None if typed else key_dest
+
+    async def fence_keys(self, fenced: list[str], source: int) -> None:
+        """Keys ``fenced`` now come here while queue ``source`` still holds a message of
+        each (it runs there, or waits for its retry; none of theirs moved): they run here
+        only once ``source`` holds none of their messages. Called before any put of theirs
+        comes here (``move_out`` answers after this)."""
+        self._check_serving()
+        self._core.fence_from(source, fenced)
+        self._check_fences_soon()
 
     async def adopt(self, blob: bytes, token: bytes, fenced: list[str], source: int,
                     origins: list[Origin] | None = None) -> list[tuple[int, int]]:

@@ -340,7 +340,11 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
         stays out of routing; call again to finish).
         """
         self._check_open()
-        return remove_queue(self, index, timeout_s)
+        moved = remove_queue(self, index, timeout_s)
+        # Out for good (its outcomes fetched, its actor closed): the collector drops what it
+        # still held for it (a long poll a send or a stream left in flight there).
+        self.collector.forget(index)
+        return moved
 
     # -- inspection and lifetime ----------------------------------------------------------------
 

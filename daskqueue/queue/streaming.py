@@ -8,7 +8,8 @@ chunk at a time, and a chunk is put only while the tasks put and not yet yielded
 chunk, fit in ``window`` (in arrival order, every task of a chunk not yet wholly yielded
 counts). So the client holds at most ``window`` results (and one chunk of input), whatever
 the input's length. A chunk's puts are made on a thread of the stream's own (in order), so the
-client goes on yielding while they travel.
+client goes on yielding while they travel. The window and its chunks are a pure state of
+their own (:mod:`daskqueue.queue.stream_window`); this mixin sends, waits and drops.
 
 A stream closed early (``break``, an exception in the loop, a raised task error) pulls
 nothing more and puts nothing more. Tasks already put still run (a queue does not take back
@@ -21,10 +22,8 @@ queue's outcomes never come, and every poll of the whole pool raises from then o
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal
 
 from daskqueue import defaults
@@ -35,11 +34,14 @@ from daskqueue.queue.options import Eta
 from daskqueue.queue.router import waves
 from daskqueue.queue.stream_parts import (Results, Sends, is_lost, raise_in_input, runs_to_raise,
                                           unstored_positions)
-from daskqueue.results import MapClaim
+from daskqueue.queue.stream_window import StreamClaim, StreamWindow
 from daskqueue.serialize import pickle_function
 from daskqueue.validate import check_number
 
 __all__ = ["Streaming", "StreamClaim", "default_window"]
+
+#: The window's state under its old name here (tests import it from this module).
+_Stream = StreamWindow
 
 logger = logging.getLogger("daskqueue")
 
@@ -59,154 +61,10 @@ _WAIT_SLICE_S = defaults.POLL_INTERVAL_S
 #: ``StreamingMixin._wait``): how late outcomes filed as the send ends may be seen.
 _SENDING_SLICE_S = 0.005
 
+
 def default_window(put_batch_size: int, n_queues: int) -> int:
     """The default window: ``WINDOW_ROUNDS`` rounds of full put batches over the queues."""
     return WINDOW_ROUNDS * put_batch_size * max(1, n_queues)
-
-
-@dataclass(eq=False)
-class StreamClaim(MapClaim):
-    """A chunk of a stream: a :class:`MapClaim` that also notes, once, each position whose
-    outcome arrived (``fresh`` ranges in arrival order) and how long a prefix of positions has
-    arrived (``prefix``); a dropped one keeps no values. Its positions are the chunk's."""
-
-    fresh: list[tuple[int, int]] = field(default_factory=list)
-    prefix: int = 0
-    dropped: bool = False
-    yielded: int = 0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._arrived = bytearray(self.n)
-
-    def succeed(self, position: int, values: list[Any]) -> None:
-        if self.dropped:  # only counted, so that the collector knows when to release it
-            super().succeed(position, [None] * len(values))
-            return
-        super().succeed(position, values)
-        self._note(position, position + len(values))
-
-    def fail(self, position: int, error: RemoteTaskError) -> None:
-        super().fail(position, error)
-        if self.dropped:
-            self.failures.clear()
-            return
-        self._note(position, position + 1)
-
-    def _note(self, start: int, end: int) -> None:
-        arrived = self._arrived
-        if not arrived.count(1, start, end):
-            self.fresh.append((start, end))
-        else:  # an outcome delivered twice (at least once delivery): the new ones only
-            self.fresh.extend((p, p + 1) for p in range(start, end) if not arrived[p])
-        arrived[start:end] = b"\x01" * (end - start)
-        if start <= self.prefix:
-            found = arrived.find(0, self.prefix)
-            self.prefix = self.n if found < 0 else found
-
-    def drop(self) -> None:
-        """Nobody reads this chunk any more: forget its values, and those still to come."""
-        self.dropped = True
-        self.values = [None] * self.n
-        self.failures.clear()
-        self.fresh.clear()
-
-    def never(self, positions: list[int]) -> None:
-        """These positions have no outcome to come (their put was not stored): a dropped
-        chunk counts them as arrived, so that it completes with the others."""
-        assert self.dropped, "only a dropped chunk stops waiting for positions"
-        for p in positions:
-            self.succeed(p, [None])
-
-    def forget(self, start: int, end: int) -> None:
-        """Positions ``start .. end`` were yielded: keep their values no longer."""
-        self.values[start:end] = [None] * (end - start)
-        if self.failures:
-            for p in range(start, end):
-                self.failures.pop(p, None)
-
-    def outcome(self, position: int) -> Any:
-        """The value or :class:`RemoteTaskError` of an arrived position."""
-        error = self.failures.get(position)
-        return self.values[position] if error is None else error
-
-
-@dataclass
-class _Stream:
-    """The state of one stream: its input, window, chunks in input order, counters."""
-
-    items: Iterator[Any]
-    window: int
-    chunk: int
-    timeout_s: float | None
-    errors: str
-    ordered: bool
-    send: Callable[[list[Any], int], StreamClaim]  # (a chunk's items, its first one's input position)
-    release: Callable[[StreamClaim], None]
-    chunks: list[StreamClaim] = field(default_factory=list)
-    put: int = 0
-    yielded: int = 0
-    exhausted: bool = False
-
-    def in_flight(self) -> int:
-        """What the window counts. In input order: tasks put and not yet yielded (the chunks
-        before the head are released, the head's yielded prefix is at most a chunk). In
-        arrival order a chunk is released only once all its positions are yielded, so one
-        slow task keeps its whole chunk: every position of an unreleased chunk counts, else
-        a slow task per chunk would let ``window x chunk`` values be held."""
-        if self.ordered:
-            return self.put - self.yielded
-        return sum(c.n for c in self.chunks)
-
-    def fill(self) -> None:
-        """Put chunks while they fit in the window and the input lasts."""
-        while not self.exhausted and self.window - self.in_flight() >= self.chunk:
-            items = list(itertools.islice(self.items, self.chunk))
-            if len(items) < self.chunk:
-                self.exhausted = True
-            if items:
-                self.chunks.append(self.send(items, self.put))
-                self.put += len(items)
-
-    def ready(self) -> Iterator[tuple[StreamClaim, int, int]]:
-        """``(chunk, start, end)``: ranges of positions whose outcomes may be yielded now, in
-        yield order, counted as yielded (the caller yields each whole range before it asks for
-        the next: nothing is put meanwhile, fill() runs between ranges only, so the window
-        holds); at most one chunk's, so that the window is filled again as each chunk ends. In arrival order a range's values are forgotten once the caller asks for the
-        next, so a chunk waiting on a slow task holds only what was not yet yielded."""
-        if self.ordered:
-            if not self.chunks:
-                return
-            head = self.chunks[0]
-            if head.prefix > head.yielded:
-                start, end = head.yielded, head.prefix
-                self._count(head, start, end)
-                yield head, start, end
-            if head.yielded == head.n:
-                # The window has a chunk's room now: the caller fills it before the next
-                # chunk's outcomes are yielded (a run of arrived chunks was yielded whole, a
-                # few hundred thousand items, while the queues ran dry).
-                self.release(self.chunks.pop(0))
-            return
-        for c in list(self.chunks):
-            fresh, c.fresh = c.fresh, []
-            for start, end in fresh:
-                self._count(c, start, end)
-                yield c, start, end
-                c.forget(start, end)
-            if c.yielded == c.n:
-                self.chunks.remove(c)
-                self.release(c)
-                return  # room in the window: filled before the next chunk's outcomes
-
-    def _count(self, chunk: StreamClaim, start: int, end: int) -> None:
-        chunk.yielded += end - start
-        self.yielded += end - start
-
-    def has_ready(self) -> bool:
-        if self.ordered:
-            return bool(self.chunks) and self.chunks[0].prefix > self.chunks[0].yielded
-        return any(c.fresh for c in self.chunks)
 
 
 class Streaming:
@@ -303,7 +161,7 @@ class Streaming:
             sends.submit(claim, lambda: self._put_chunk(encoded, claim, options, offset, source))
             return claim
 
-        stream = _Stream(iter(iterable), window, max(1, min(CHUNK_ROUNDS * round_size, window // 4)), timeout_s, errors,
+        stream = StreamWindow(iter(iterable), window, max(1, min(CHUNK_ROUNDS * round_size, window // 4)), timeout_s, errors,
                          ordered, send, self.collector.release)
         return Results.over(self._run(stream, sends))
 
@@ -337,7 +195,7 @@ class Streaming:
         else:
             sender.send(encoded.batches, n=claim.n, claim=claim, queue=self._route(options))  # type: ignore[attr-defined]
 
-    def _run(self, stream: _Stream, sends: "Sends") -> Iterator[Iterator[Any]]:
+    def _run(self, stream: StreamWindow, sends: "Sends") -> Iterator[Iterator[Any]]:
         """The stream's outcomes as iterators over slices of them, in yield order (each
         yielded only once the one before is exhausted: :class:`~daskqueue.queue.stream_parts.Results`); a task error to
         raise is raised in place of the slice that would start at its position."""
@@ -366,7 +224,7 @@ class Streaming:
             lost = sends.stop() or lost
             self._drop(stream.chunks, lost=lost)
 
-    def _wait(self, stream: _Stream, sends: "Sends") -> None:
+    def _wait(self, stream: StreamWindow, sends: "Sends") -> None:
         """Fetch outcomes until one may be yielded; raise :class:`JoinTimeoutError` after the
         stream's ``timeout_s`` and :class:`NoConsumersError` if no consumer runs."""
         timeout_s = stream.timeout_s
@@ -402,7 +260,7 @@ class Streaming:
                 raise
             raise JoinTimeoutError(timeout_s or 0.0, {"unanswered_queue": e.queue_index}) from e
 
-    def _no_consumers(self, stream: _Stream, deadline: float | None) -> None:
+    def _no_consumers(self, stream: StreamWindow, deadline: float | None) -> None:
         """Raise :class:`NoConsumersError` if the stream's tasks wait in the queues with no
         consumer started (outcomes that arrived meanwhile are fetched first), as ``map``."""
         grace = None if deadline is None else deadline + defaults.CALL_GRACE_S

@@ -21,7 +21,7 @@ class TransientQueue(QueueActorBase):
     ``settle(lease_id, blob)``, ``extend(lease_ids)``, ``record_outcomes(...)``,
     ``get_functions(digests)``, ``fetch_results(cursor)``, ``fetch_dead(cursor)``,
     ``stats()``, ``close()``; ``hand_off(confirm_s)`` then ``handoff_done()`` or
-    ``handoff_abort()`` (see :mod:`daskqueue.queue.handoff`); ``move_out``, ``adopt``,
+    ``handoff_abort()`` (see :mod:`daskqueue.queue.handoff`); ``move_out``, ``adopt``, ``fence_keys``,
     ``holds_keys``; the dead-letter admin ``dead_letters``, ``replay_dead``, ``purge``; for
     ``/metrics``, ``metrics_sample()``; between the queues of one pool, ``set_peers``,
     ``work_at`` (a peer has work for others) and, in a fair or capped pool, ``peer_counts``

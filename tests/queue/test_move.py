@@ -4,18 +4,26 @@ queue, and across both queues each key still runs one message at a time, in put 
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from daskqueue.queue.core import MOVER
-from tests.queue.test_core import make_core, seqs
+from tests.queue.test_core import LEASE_TIMEOUT_S, make_core, seqs
 from tests.queue.test_keys import ERROR, put
 
 MOVED = {"b", "d"}
+#: Examples of the property test below; ``DASKQUEUE_MOVE_EXAMPLES`` changes it (a long search).
+MOVE_EXAMPLES = int(os.environ.get("DASKQUEUE_MOVE_EXAMPLES", "300"))
 
 
 def to_new(chunk):
     return 1 if chunk.key in MOVED else None
+
+
+def key_to_new(key):
+    return 1 if key in MOVED else None
 
 
 def test_waiting_messages_of_moved_keys_leave_in_put_order_and_the_rest_stay():
@@ -53,6 +61,44 @@ def test_a_retry_waiting_for_its_backoff_holds_its_key_and_stays():
     leases, _, fences = core.take_moving(to_new, now=0)
     assert seqs(leases[1]) == b[1:] and fences[1] == {"b"}
     assert core.stats().delayed == 1
+
+
+def test_a_key_whose_one_message_runs_here_is_fenced_though_nothing_of_it_moves():
+    """Its next put goes to the new queue: that one must wait for the running one."""
+    core = make_core()
+    put(core, 1, "b")
+    running = core.get_batch(1, now=0)
+    leases, _, fences = core.take_moving(to_new, now=0)
+    assert leases == {} and fences == {1: {"b"}}
+    core.settle(running.lease_id, done=1, errors={0: ERROR}, now=0)  # back, for its retry
+    leases, _, fences = core.take_moving(to_new, now=0)
+    assert leases == {} and fences == {1: {"b"}}  # the retry holds the key here
+
+
+def test_a_lease_that_expires_after_the_move_keeps_its_key_fenced_at_the_new_queue():
+    old, new = make_core(), make_core()
+    put(old, 1, "b")
+    running = old.get_batch(1, now=0)
+    _, _, fences = old.take_moving(to_new, now=0)
+    new.fence_from(0, fences[1])
+    later = put(new, 1, "b")
+    assert old.expire(now=LEASE_TIMEOUT_S + 1) == 1 and old.lease(running.lease_id) is None
+    assert old.keys_present({"b"}) == {"b"}  # the retry waits here: the fence stays
+    assert new.get_batch(10, now=LEASE_TIMEOUT_S + 1) is None
+    retry = old.get_batch(1, now=1000.0)
+    old.settle(retry.lease_id, done=1, now=1000.0)
+    new.unfence_from(0, {"b"} - old.keys_present({"b"}))
+    assert seqs(new.get_batch(10, now=1000.0)) == later
+
+
+def test_a_key_fenced_here_with_no_message_here_is_fenced_where_it_goes_next():
+    """It moved here while it ran in queue 2 and moves on before that ends: its next queue
+    waits for this one, which waits for queue 2."""
+    core = make_core()
+    core.fence_from(2, {"b", "c"})
+    leases, _, fences = core.take_moving(to_new, now=0, key_dest=lambda key: 1 if key in MOVED else None)
+    assert leases == {} and fences == {1: {"b"}}
+    assert core.keys_present({"b"}) == {"b"}
 
 
 def test_delayed_messages_move_with_the_time_left_until_they_are_due():
@@ -104,18 +150,23 @@ def test_removing_a_queue_moves_unkeyed_messages_too():
     assert seqs(leases[7]) == free
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=MOVE_EXAMPLES, deadline=None)
 @given(
     st.lists(st.one_of(
         st.tuples(st.just("put"), st.sampled_from(["a", "b", "c", "d"]), st.integers(1, 3)),
         st.tuples(st.just("get"), st.integers(0, 1), st.integers(1, 4)),
         st.tuples(st.just("settle"), st.integers(0, 9), st.sampled_from(["ack", "fail", "release"])),
         st.tuples(st.just("tick"),),
+        st.tuples(st.just("expire"), st.integers(0, 1)),
     ), max_size=60),
     st.integers(0, 60),
 )
 @example([("put", "b", 2), ("get", 0, 1), ("get", 1, 4)], 2)
 @example([("put", "b", 2), ("get", 0, 1), ("put", "b", 1), ("settle", 0, "release"), ("get", 1, 4)], 2)
+# A moved key whose only message here runs at the move: nothing of it moves, yet its new
+# queue must fence it (found by Hypothesis).
+@example([("put", "a", 1)] + [("tick",)] * 4 + [("put", "a", 1)] * 4
+         + [("put", "b", 1), ("tick",), ("put", "a", 1), ("get", 0, 2), ("put", "b", 1), ("get", 1, 1)], 13)
 def test_across_a_move_each_key_runs_one_at_a_time_in_put_order(ops, move_at):
     """Two queues; at step ``move_at`` keys b and d move from queue 0 to queue 1 (later puts
     of them go to 1), and queue 1 unfences a key once queue 0 has none of its messages, as
@@ -135,9 +186,9 @@ def test_across_a_move_each_key_runs_one_at_a_time_in_put_order(ops, move_at):
     for step, op in enumerate(ops + [("tick",)]):
         if step == move_at and not moved:
             moved = True
-            taken, _, fences = cores[0].take_moving(to_new, now=now)
+            taken, _, fences = cores[0].take_moving(to_new, now=now, key_dest=key_to_new)
+            cores[1].fence_from(0, fences.get(1, ()))  # also when nothing of a key moved
             if 1 in taken:
-                cores[1].fence(fences[1])
                 for span in taken[1].spans:
                     chunk = cores[1].new_chunk(span.count, key=span.chunk.key)
                     cores[1].put(chunk, now=now)
@@ -156,7 +207,7 @@ def test_across_a_move_each_key_runs_one_at_a_time_in_put_order(ops, move_at):
                 leases.append((op[1], lease))
         elif op[0] == "tick":
             now += 100.0
-        elif leases:
+        elif op[0] == "settle" and leases:
             q, lease = leases.pop(op[1] % len(leases))
             if op[2] == "ack":
                 cores[q].settle(lease.lease_id, done=lease.count, now=now)
@@ -167,9 +218,12 @@ def test_across_a_move_each_key_runs_one_at_a_time_in_put_order(ops, move_at):
                                 errors=dict.fromkeys(range(lease.count), ERROR), now=now)
             else:
                 cores[q].settle(lease.lease_id, done=0, now=now)
-        fenced = cores[1].fenced
+        elif op[0] == "expire":  # the sweeper: a lease not settled in time is retried
+            cores[op[1]].expire(now=now)
+            leases = [(q, lease) for q, lease in leases if cores[q].lease(lease.lease_id) is not None]
+        fenced = cores[1].fences.held_by(0)
         if fenced:
-            cores[1].unfence(fenced - cores[0].keys_present(fenced))
+            cores[1].unfence_from(0, fenced - cores[0].keys_present(fenced))
         running = [key_of[order[(q, s)]] for q, lease in leases for s in seqs(lease)]
         assert len(running) == len(set(running)), "two messages of one key at once"
     for key, done in completed.items():
