@@ -150,7 +150,7 @@ class QueueActorBase(PuttingMixin, LeasingMixin, OutboxMixin, MovingMixin, Hando
         self._handed_off = False  # its state went to a successor: it serves no more (see handoff)
         self._get_calls = 0
         self._getters = 0  # calls waiting in get_batch: this queue's own idle consumers
-        self._poll_ends: dict[str, int] = {}  # owner -> how many times its polls were ended (end_polls)
+        self._poll_ends: dict[str, int] = {}  # owner -> how many times its polls were ended (end_polls, workers_lost)
         self._ready_event: asyncio.Event | None = None
         self._init_gate()
         self._init_sweeper()

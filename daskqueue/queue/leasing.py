@@ -69,6 +69,8 @@ class LeasingMixin:
                     await self._unpaused()
                 if self._closed:
                     return None
+                if owner is not None and self._poll_ends.get(owner, 0) != ended:
+                    return None  # its consumer stops (end_polls), or its worker died (workers_lost)
                 now = self._now()
                 if self._gossip is not None:
                     self._count_peers()
@@ -92,8 +94,6 @@ class LeasingMixin:
                 if not await self._wait_ready(remaining, counted=min_priority is None):
                     return None
                 woken = True
-                if owner is not None and self._poll_ends.get(owner, 0) != ended:
-                    return None  # its consumer stops (end_polls)
         finally:
             if woken:
                 # Told to the peers here, once the work that woke this call is leased (or
@@ -135,7 +135,11 @@ class LeasingMixin:
         """The consumers on worker ``owner`` stop: their ``get_batch`` calls waiting here
         answer ``None`` now instead of at the end of their ``wait_s`` (a consumer there that
         still runs just polls again). Leases nothing and changes no message."""
-        self._poll_ends[owner] = self._poll_ends.get(owner, 0) + 1
+        self._end_polls([owner])
+
+    def _end_polls(self, owners: list[str]) -> None:
+        for owner in owners:
+            self._poll_ends[owner] = self._poll_ends.get(owner, 0) + 1
         if self._ready_event is not None:
             self._notify_ready()
 
@@ -155,6 +159,10 @@ class LeasingMixin:
         now = self._now()
         error = killed_error(f"the worker running this message died ({', '.join(sorted(addresses))})")
         self._peers_lost(addresses)
+        # Their consumers' polls may still wait here (Dask does not end a call whose caller
+        # died): they end now, else the first would lease what is taken back below to the
+        # dead worker, and no one would take it back before the lease expired.
+        self._end_polls(addresses)
         n = self._core.take_back(frozenset(addresses), error, now=now)
         if n and self._core.keyed_ready:
             self._notify_ready()  # a key freed by a dead-letter may let its next message go
