@@ -319,13 +319,23 @@ def test_a_killed_consumer_worker_loses_no_message_waited_on_over_the_lane(clust
     cp.start()
     _lane_up(qp, cp)
     queue_address = qp.queues[0]._address
-    ids = [qp.submit(tasks.sleep_then, i, 3.0) for i in range(3)]
-    wait_until(lambda: sum(s.inflight_items for s in cp.stats()) == 3, timeout_s=60, interval_s=0.05)
-    victim = next(c._address for c in cp.consumers if c._address != queue_address)
+    ids = [qp.submit(tasks.sleep_then, i, 6.0) for i in range(3)]
+    holders: list[str] = []
+
+    def held_elsewhere() -> bool:
+        # The victim holds a task, on a worker without the queue: the consumer next to the
+        # queue often fetches two (one running, one prefetched), and another none.
+        consumers, stats = cp.consumers, cp.stats()
+        holders[:] = [c._address for c, s in zip(consumers, stats)
+                      if s.inflight_items and c._address != queue_address]
+        return sum(s.inflight_items for s in stats) == 3 and bool(holders)
+
+    wait_until(held_elsewhere, timeout_s=60, interval_s=0.05)
     with concurrent.futures.ThreadPoolExecutor(3) as ex:
         waiting = [ex.submit(cp.result, i, 90) for i in ids]
-        kill_worker(client, victim)
+        kill_worker(client, holders[0])
         assert [w.result(timeout=120) for w in waiting] == [0, 1, 2]
+    assert qp.stats()[0].total_worker_lost >= 1  # its lease was taken back at the loss, not at expiry
     assert qp.stats()[0].total_put >= 3 + 1
     assert qp.queues[0].lane_peer() is not None  # the queue's worker lives: still on the lane
     cp.close()
