@@ -54,8 +54,9 @@ class LeasingMixin:
         still hears where work is.
 
         Returns a delivery blob, or ``None`` if nothing became ready in time (or the queue was
-        closed, or :meth:`end_polls` ended the owner's polls, while waiting). Waiting awaits
-        an event set by puts and redeliveries: an idle caller costs one call per ``wait_s``. ``owner`` (the caller's worker address) lets
+        closed, or :meth:`end_polls` or :meth:`workers_lost` ended the owner's polls, while
+        waiting). Waiting awaits an event set by puts and redeliveries: an idle caller costs
+        one call per ``wait_s``. ``owner`` (the caller's worker address) lets
         :meth:`workers_lost` take the lease back if that worker dies.
         """
         self._start()
@@ -151,8 +152,9 @@ class LeasingMixin:
         return blob
 
     async def workers_lost(self, addresses: list[str]) -> int:
-        """These workers died: take back at once every lease their consumers held (an
-        attempt each, see ``QueueCore.take_back``); return how many messages."""
+        """These workers died: end their consumers' polls waiting here, take back at once
+        every lease they held (an attempt each, see ``QueueCore.take_back``); return how
+        many messages."""
         if self._paused is not None:  # the gate; see _unpaused
             await self._unpaused()
         self._start()
