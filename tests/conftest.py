@@ -241,7 +241,7 @@ LONG_FIRST = {
     "tests/test_lane.py::test_many_threads_share_one_lane": 7.2,
     "tests/test_cli_map.py::test_map_writes_results_in_input_order": 7.1,
     "tests/test_submission_faults.py::test_a_long_map_routes_its_remaining_puts": 6.8,
-    "tests/test_lane.py::test_a_killed_consumer_worker_loses_no_message": 7,
+    "tests/test_lane.py::test_a_killed_consumer_worker_loses_no_message": 14,
     "tests/queue/test_deadlines.py::test_a_queue_whose_event_loop_is_blocked": 6.9,
     "tests/consumer/test_elastic.py::test_a_durable_queues_killed_worker": 6.7,
     "tests/queue/test_function_eviction.py::test_ten_thousand": 6.7,

@@ -146,12 +146,14 @@ def test_extending_a_lease_keeps_it(make_queue):
 
 
 def test_failed_message_is_retried_after_backoff_then_dead(make_queue):
-    q = make_queue(max_retries=1, retry_backoff_base_s=0.2)
+    # A backoff of 0.5-1 s (jitter 0.5): the get right after the ack finds it still in backoff
+    # however loaded the machine (at 0.1-0.2 s a slow round trip found it retried already).
+    q = make_queue(max_retries=1, retry_backoff_base_s=1.0)
     put(q, ["a"])
     lease, _ = get(q)
     assert ack(q, lease, 1, errors={0: b"E\x00first\x00tb"}) == (0, 1, 0, 0)
     assert get(q)[1] == []  # in backoff
-    lease, items = get(q, wait_s=3.0)
+    lease, items = get(q, wait_s=10.0)
     assert items[0][2] == 1
     assert ack(q, lease, 1, errors={0: b"E\x00second\x00tb"}) == (0, 0, 1, 0)
     _, dead = q.fetch_dead(0).result()
