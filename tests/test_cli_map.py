@@ -61,6 +61,7 @@ def test_map_writes_results_in_input_order_and_fails_with_the_failed_items(tmp_p
     assert out[7]["error"] == "ValueError: bad item bad7" and "Traceback" in out[7]["traceback"]
 
 
+@pytest.mark.slow  # two CLI runs, 14 s; the fast test is test_mapinput's Output written afresh
 @pytest.mark.timeout(180)
 def test_a_map_run_again_without_durable_writes_its_output_afresh(tmp_path):
     # Without --durable nothing is resumed: a second run on the same --out file (a user

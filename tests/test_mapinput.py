@@ -132,3 +132,17 @@ def test_an_input_that_grew_after_it_was_counted_is_a_usage_error():
         inputs.ended_at(2)
     exact = Inputs(iter(["a", "b"]), 2, needed=lambda i: True)
     assert exact.ended_at(2) and exact.ended_at(5)
+
+
+@pytest.mark.timeout(30)
+def test_an_output_that_does_not_resume_writes_an_existing_file_afresh(tmp_path):
+    # `daskqueue map` without --durable (resume=False) on an --out file of an earlier run: its
+    # lines are not counted as written (a second run crashed with KeyError), the file restarts.
+    out = tmp_path / "out.jsonl"
+    out.write_text("".join(json.dumps({"index": i, "input": "old", "result": 0}) + "\n" for i in range(3)))
+    output = Output(str(out), lambda i: ["one", "two"][i], ordered=True, resume=False)
+    assert len(output.written) == 0
+    output.add([{"index": 1, "result": "TWO"}, {"index": 0, "result": "ONE"}])
+    output.close()
+    assert [(r["index"], r["input"], r["result"]) for r in map(json.loads, out.read_text().splitlines())] == [
+        (0, "one", "ONE"), (1, "two", "TWO")]
