@@ -19,7 +19,6 @@ from daskqueue import defaults
 from daskqueue.errors import (
     NoWorkerError,
     QueueCallTimeoutError,
-    QueueClosedError,
     QueueLostError,
     QueueMovedError,
     SchedulerLostError,
@@ -176,10 +175,6 @@ class QueueTable:
             except Exception as e:
                 self.check_scheduler()
                 self.raise_if_lost(q, e, handle)
-                if isinstance(e, QueueClosedError) and q not in self.lost and handle is not self.handles[q]:
-                    # The actor was released after its queue moved on (a hand-off): the call
-                    # never ran there; the caller asks the queue where it is now.
-                    raise QueueMovedError(q, handle._address) from e
                 raise
 
     def ask(self, q: int, method: str, *args: Any, deadline: float | None = None) -> Any:
