@@ -215,6 +215,9 @@ class PollsMixin:
                         answer = self._answer(q, fetch.pending, until)
                     except QueueCallTimeoutError:
                         return 0
+                    except QueueMovedError:
+                        self._drop_long(fetch)
+                        return 0  # as below: the next poll asks the queue where it moved to
                     except (QueueClosedError, QueueLostError):
                         self._drop_long(fetch)
                         if q in self.removed:

@@ -15,6 +15,7 @@ from distributed.actor import Actor
 from distributed.protocol import to_serialize
 
 from daskqueue.errors import QueueClosedError
+from daskqueue.queue.handles import ActorReleasedError
 from daskqueue.queue.lane import LANE_HOLD_PUT_BYTES, LANE_MAX_PUT_BYTES, LaneClient, LaneFuture, lane_allowed
 from daskqueue.queue.lane_wire import METHOD_CODES
 
@@ -199,10 +200,11 @@ class DirectActor(Actor):
         except KeyError as e:
             if e.args != (self.key,):
                 raise
-            # The worker no longer holds the actor: it was released (its pool closed it, or
-            # its owner removed that queue). Dask's own proxy leaves such a call unanswered;
-            # here it is a typed answer at once, which the tables read as "closed".
-            raise QueueClosedError(f"{self.key} is no longer on its worker {self._address}: released") from None
+            # The worker no longer holds the actor: it was released (its pool closed it, its
+            # owner removed that queue, or the queue moved on and the old actor was freed
+            # while this call was on its way). Dask's own proxy leaves such a call unanswered;
+            # here it is a typed answer at once, which the tables read as "closed" or "moved".
+            raise ActorReleasedError(f"{self.key} is no longer on its worker {self._address}: released") from None
         if answer["status"] == "OK":
             return answer["result"]
         raise answer["exception"]

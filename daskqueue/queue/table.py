@@ -19,11 +19,12 @@ from daskqueue import defaults
 from daskqueue.errors import (
     NoWorkerError,
     QueueCallTimeoutError,
+    QueueHandedOffError,
     QueueLostError,
     QueueMovedError,
     SchedulerLostError,
 )
-from daskqueue.queue.handles import LOST_CHECK_S, actor_lost, is_lost_worker
+from daskqueue.queue.handles import LOST_CHECK_S, ActorReleasedError, actor_lost, is_lost_worker
 from daskqueue.serialize import SentFunctions
 
 __all__ = ["QueueTable", "Pending", "deadline_after"]
@@ -175,6 +176,10 @@ class QueueTable:
             except Exception as e:
                 self.check_scheduler()
                 self.raise_if_lost(q, e, handle)
+                if isinstance(e, ActorReleasedError) and self._moved_from(q, handle):
+                    # Sent before the move, it reached the old worker after the old actor was
+                    # freed: nothing of it ran. Put again, or polled again, where the queue is.
+                    raise QueueHandedOffError(q, getattr(handle, "_address", "?")) from e
                 raise
 
     def ask(self, q: int, method: str, *args: Any, deadline: float | None = None) -> Any:
@@ -226,6 +231,10 @@ class QueueTable:
         status = self._scheduler_lost()
         if status is not None:
             raise SchedulerLostError(status, self.dirpath)
+
+    def _moved_from(self, q: int, handle: Any) -> bool:
+        """Whether queue ``q`` moved (or is moving) away from ``handle`` and is not lost."""
+        return q not in self.lost and (q in self.moving or handle is not self.handles[q])
 
     def gone(self, q: int, handle: Any) -> bool:
         """Whether ``handle`` no longer stands for a live queue ``q`` (lost, or moved away)."""
