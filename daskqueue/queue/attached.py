@@ -155,6 +155,9 @@ class PoolHandle(QueuePool):
         """The owner removed queue ``q``: route nothing more there, poll it no more."""
         self.table.removed.add(q)
         self.collector.removed.add(q)
+        # As the owner's remove_queue: a long poll left in flight there (a send primed it) is
+        # dropped now, not at this handle's next poll, which a handle that only puts never makes.
+        self.collector.forget(q)
         rest = [i for i in self.router.targets if i != q]
         if rest and rest != self.router.targets:
             self.router.route_to(rest)
