@@ -31,6 +31,7 @@ from daskqueue import defaults, registry
 from daskqueue.errors import QueueLostError
 from daskqueue.queue.actors import Unplaced
 from daskqueue.queue.demand import Demand
+from daskqueue.queue.gone_workers import call_alive
 from daskqueue.queue.handles import DirectActor, call_all, direct_handles, free_actor
 from daskqueue.queue.handoff import handoff_pending
 from daskqueue.queue.pool_peers import PoolPeers
@@ -107,14 +108,15 @@ class Follower:
         self.demand.want(queues)
 
     def close_queues(self) -> list[str]:
-        """Close every queue that has an actor (within ``STOP_TIMEOUT_S``), release every
-        actor future the pool holds (so that its workers may retire), drop the parked
-        states and the demand for a worker. Returns the failures, as text."""
+        """Close every queue that has an actor (within ``STOP_TIMEOUT_S``; one on a worker the
+        scheduler no longer has is not called, see :func:`call_alive`), release every actor
+        future the pool holds (so that its workers may retire), drop the parked states and
+        the demand for a worker. Returns the failures, as text."""
         with self._lock:
             table = self.table
             gone = set(table.lost) | table.removed | table.resting
             live = [(f"queue {i}", h) for i, h in enumerate(table.handles) if i not in gone]
-            failed = call_all(live, "close", timeout_s=defaults.STOP_TIMEOUT_S)
+            failed = call_alive(self.pool.client, live, "close", timeout_s=defaults.STOP_TIMEOUT_S)
             for q, future in enumerate(table.futures):
                 if future is not None and q not in table.resting:
                     free_actor(future, table.handles[q])
