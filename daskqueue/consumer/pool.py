@@ -155,7 +155,13 @@ class ConsumerPool(ConsumerPool020, ConsumerPoolAsync, OpensOnAwait):
         strict = self.per_worker
         places = [workers[i % len(workers)] for i in range(count)]
         spawned = [(w, strict, *self.members.spawn(w, strict=strict)) for w in places]
-        return self.members.await_members(spawned)  # (releases them all if it raises)
+        started = self.members.await_members(spawned)  # (releases them all if it raises)
+        dead = self.queue_pool.lost_addresses()
+        if dead and started:  # as Members.add tells those it adds: no poll waits on a queue known lost
+            # (start() only tells of the workers the scheduler no longer has: one restarted
+            # on the address it died with is there again, without the queue it held)
+            self.members.tell(started, "workers_lost", dead)
+        return started
 
     # -- consumers: creation, placement -------------------------------------------------------
 
