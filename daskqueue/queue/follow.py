@@ -24,25 +24,24 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 from daskqueue import defaults, registry
-from daskqueue.errors import QueueLostError
 from daskqueue.queue.actors import Unplaced
 from daskqueue.queue.demand import Demand
 from daskqueue.queue.gone_workers import call_alive
+from daskqueue.queue.follow_starts import StartsMixin
 from daskqueue.queue.handles import DirectActor, call_all, direct_handles, free_actor
 from daskqueue.queue.handoff import handoff_pending
 from daskqueue.queue.pool_peers import PoolPeers
-from daskqueue.queue.successors import Start, Submitted, confirm_hand_off
+from daskqueue.queue.successors import Start, confirm_hand_off
 
 __all__ = ["Follower", "confirm_hand_off"]
 
 logger = logging.getLogger("daskqueue")
 
 
-class Follower:
+class Follower(StartsMixin):
     """The membership reactions of queue pool ``pool`` (its ``table``, ``client``,
     ``membership``, ``actor_spec(q)``, ``consumer_pools()`` and ``closed``)."""
 
@@ -55,7 +54,8 @@ class Follower:
         self.demand = Demand(pool, self.table.resting)  # resting queues that asked for a worker
         self.awaiting_worker: set[int] = set()  # durable queues to reopen when a worker joins
         self.peers = PoolPeers(self.table)  # what the queues are told of each other and the slots
-        self._starting: dict[int, Start] = {}
+        self._starting: dict[int, Start] = {}  # successors still starting (see StartsMixin)
+        self._bound: dict[int, frozenset[str]] = {}
         self._hand_off_again: set[int] = set()  # hand-offs that failed: tried on the next event
         self._lock = threading.RLock()
         table = self.table
@@ -148,6 +148,7 @@ class Follower:
             if joined and (self.parked or self.awaiting_worker):
                 self._start_resting()
             if left:
+                self.restart_stranded()
                 self._lost_workers(left)
 
     def _lost_workers(self, left: set[str]) -> None:
@@ -226,30 +227,6 @@ class Follower:
         self.install(q, *started)
         logger.info("queue %d of %r moved from retiring worker %s", q, self.pool, old._address)
 
-    def _start_now(self, q: int, state: bytes) -> tuple[Any, Any] | None:
-        """A successor of queue ``q`` with ``state``, started within ``SUCCESSOR_WAIT_S``
-        (trying twice), or None."""
-        deadline = time.monotonic() + defaults.SUCCESSOR_WAIT_S
-        for _ in range(2):
-            submitted = None
-            try:
-                submitted = self._submit_successor(q, state, timeout_s=max(1.0, deadline - time.monotonic()))
-                handle = submitted.future.result(timeout=max(0.0, deadline - time.monotonic()))
-                submitted.done_with_state()
-                return self._handle_of(q, handle), submitted.future
-            except BaseException as e:
-                logger.warning("queue %d: starting its successor failed (%s: %s)", q, type(e).__name__, e)
-                if submitted is not None:
-                    submitted.done_with_state()
-                    submitted.future.release()
-            if time.monotonic() >= deadline:
-                break
-        return None
-
-    def _discard(self, q: int, handle: Any, future: Any) -> None:
-        call_all([(f"queue {q}", handle)], "close", timeout_s=defaults.CONTROL_CALL_TIMEOUT_S)
-        future.release()
-
     def placeable_for(self, q: int) -> list[str]:
         """Workers a new actor of queue ``q`` may go to, those without a queue first."""
         table = self.table
@@ -287,69 +264,6 @@ class Follower:
                                "another worker", q, type(e).__name__, e)
                 continue
             self._await_start(q, submitted, self.parked.pop(q))
-
-    def _submit_successor(self, q: int, handoff: bytes | None = None, *,
-                          timeout_s: float = defaults.CONTROL_CALL_TIMEOUT_S) -> Submitted:
-        """Submit a new actor for queue ``q`` on a worker that may hold one, with the
-        ``handoff`` of its previous actor if it has one (sent to the worker within
-        ``timeout_s``)."""
-        free = self.placeable_for(q)
-        if not free:
-            raise QueueLostError(q, self.table.handles[q]._address, self.pool.durability)
-        queue_class, args, kwargs = self.pool.actor_spec(q)
-        client = self.pool.client
-        state = None
-        if handoff is not None:
-            state = client.scatter(handoff, workers=free[:1], timeout=timeout_s)
-        future = client.submit(queue_class, *args, **kwargs, handoff=state, actor=True, pure=False,
-                               workers=free, allow_other_workers=False)
-        return Submitted(future, state)
-
-    def _await_start(self, q: int, submitted: Submitted, state: bytes | None) -> None:
-        """Wait up to ``SUCCESSOR_WAIT_S`` for a successor of queue ``q``; a slower one is
-        finished later (:meth:`finish_started`)."""
-        try:
-            submitted.future.result(timeout=defaults.SUCCESSOR_WAIT_S)
-        except TimeoutError:
-            self._starting[q] = Start(submitted, time.monotonic(), state)
-            logger.warning("queue %d of %r: its successor is still starting; it is installed when ready", q,
-                           self.pool)
-            return
-        except BaseException:
-            pass  # failed: handled as a finished start
-        self._finish(q, Start(submitted, time.monotonic(), state))
-
-    def finish_started(self, *, blocking: bool = True) -> None:
-        """Install the successors that started since the membership thread stopped waiting
-        for them, give up on those that failed or took ``QUEUE_START_TIMEOUT_S``. Called on
-        every membership event, and (not blocking) by calls waiting for a moving queue."""
-        if not self._starting or not self._lock.acquire(blocking=blocking):
-            return
-        try:
-            for q, start in list(self._starting.items()):
-                if start.future.done() or time.monotonic() - start.since > defaults.QUEUE_START_TIMEOUT_S:
-                    del self._starting[q]
-                    self._finish(q, start)
-        finally:
-            self._lock.release()
-
-    def _finish(self, q: int, start: Start) -> None:
-        start.submitted.done_with_state()
-        try:
-            if not start.future.done():
-                raise TimeoutError(f"not started within {defaults.QUEUE_START_TIMEOUT_S:g} s")
-            handle = start.future.result(timeout=defaults.CONTROL_CALL_TIMEOUT_S)  # done: at once
-        except BaseException as e:
-            start.future.release()
-            if start.state is not None or q in self.table.resting:
-                self._rest(q, start.state)  # waits for another worker
-                logger.warning("queue %d: its successor failed (%s); it waits for another worker", q, e)
-            else:
-                logger.error("queue %d could not be reopened (%s); it stays lost", q, e)
-                self._give_up(q)
-            return
-        self.install(q, self._handle_of(q, handle), start.future)
-        logger.warning("queue %d of %r started on %s", q, self.pool, handle._address)
 
     def _give_up(self, q: int) -> None:
         """Queue ``q`` is lost for good (and wants no worker)."""
