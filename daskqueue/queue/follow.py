@@ -17,7 +17,8 @@ joins. A state parked with work in it asks at once; an idle one only when called
 Every wait here is bounded (``defaults.SUCCESSOR_WAIT_S``, ``CONTROL_CALL_TIMEOUT_S``): one
 membership thread serves every pool of a client, so a slow reaction must not hold the
 others. A successor that starts slower is finished on a later membership event, or by a
-call that waits for its queue (:meth:`Follower.finish_started`).
+call that waits for its queue; one whose workers all left meanwhile is started again
+elsewhere (:mod:`~daskqueue.queue.follow_starts`).
 """
 
 from __future__ import annotations
