@@ -19,7 +19,7 @@ from typing import Any
 
 from daskqueue.scheduler_query import scheduler_workers
 
-__all__ = ["call_alive", "LOSS_CHECK_S", "LOSS_ASK_TIMEOUT_S"]
+__all__ = ["call_alive", "LOSS_CHECK_S", "LOSS_ASK_TIMEOUT_S", "LOSS_CONFIRM_S"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -27,6 +27,10 @@ logger = logging.getLogger("daskqueue")
 #: and how long that question may take.
 LOSS_CHECK_S = 0.5
 LOSS_ASK_TIMEOUT_S = 2.0
+
+#: How long a call that could not reach its worker waits for the scheduler to say the worker
+#: is gone before it counts as a failure.
+LOSS_CONFIRM_S = 3.0
 
 #: What waiting on a call's answer raises when it is not there in time (distinct classes
 #: before Python 3.11).
@@ -39,12 +43,13 @@ def call_alive(client: Any, targets: list[tuple[str, Any]], method: str, *args: 
     ``timeout_s``, but on those whose worker (``handle._address``) the scheduler of ``client``
     no longer has; never raises. Returns the failures, as text naming the target; a target
     found gone is logged (at INFO), not a failure, also when its call failed at once (the
-    worker had just died, and the scheduler says so after)."""
+    worker had just died: the scheduler is asked again for up to ``LOSS_CONFIRM_S`` while
+    it still lists a worker that could not be reached, as it learns of a death a moment after)."""
     deadline = time.monotonic() + timeout_s
     gone: set[str] = set()
     looking = _look(client, targets, gone)  # until the scheduler does not answer
     pending: dict[str, tuple[Any, Any]] = {}
-    failed: list[tuple[Any, str]] = []
+    failed: list[tuple[Any, str, bool]] = []  # (handle, text, whether its worker could not be reached)
     for name, handle in targets:
         if handle._address in gone:
             logger.info("%s: its worker %s is gone; not called", name, handle._address)
@@ -52,7 +57,7 @@ def call_alive(client: Any, targets: list[tuple[str, Any]], method: str, *args: 
         try:
             pending[name] = handle, getattr(handle, method)(*args)
         except Exception as e:  # e.g. Dask already knows the actor lost
-            failed.append((handle, f"{name}: {type(e).__name__}: {e}"))
+            failed.append((handle, f"{name}: {type(e).__name__}: {e}", isinstance(e, OSError)))
     next_look = time.monotonic() + LOSS_CHECK_S if looking else deadline
     while pending:
         now = time.monotonic()
@@ -71,17 +76,30 @@ def call_alive(client: Any, targets: list[tuple[str, Any]], method: str, *args: 
         except _TIMEOUTS:
             if not _done(future):
                 continue  # not answered yet: look whether its worker is still there
-            failed.append((handle, f"{name}: no answer to {method}"))
+            failed.append((handle, f"{name}: no answer to {method}", False))
         except Exception as e:
-            failed.append((handle, f"{name}: {type(e).__name__}: {e}"))
+            failed.append((handle, f"{name}: {type(e).__name__}: {e}", isinstance(e, OSError)))
         del pending[name]
-    failed += [(h, f"{name}: no answer to {method} within {timeout_s:g} s") for name, (h, _) in pending.items()]
-    if failed and looking:  # a call to a worker that had just died fails at once (its connection reset)
-        _look(client, [(text, h) for h, text in failed], gone)
-    for h, text in failed:
+    failed += [(h, f"{name}: no answer to {method} within {timeout_s:g} s", False)
+               for name, (h, _) in pending.items()]
+    if failed and looking:
+        _confirm(client, failed, gone, until=min(deadline, time.monotonic() + LOSS_CONFIRM_S))
+    for h, text, _ in failed:
         if h._address in gone:
             logger.info("%s (its worker is gone)", text)
-    return [text for h, text in failed if h._address not in gone]
+    return [text for h, text, _ in failed if h._address not in gone]
+
+
+def _confirm(client: Any, failed: list[tuple[Any, str, bool]], gone: set[str], *, until: float) -> None:
+    """Ask the scheduler which workers of ``failed`` are gone; while it still lists one that
+    could not be reached (a call to a worker that had just died fails at once: its connection
+    reset, and the scheduler learns of the death a moment after), again every ``LOSS_CHECK_S``
+    up to ``until`` (monotonic)."""
+    targets = [(text, h) for h, text, _ in failed]
+    while _look(client, targets, gone) and time.monotonic() + LOSS_CHECK_S < until:
+        if not any(unreachable and h._address not in gone for h, _, unreachable in failed):
+            return
+        time.sleep(LOSS_CHECK_S)
 
 
 def _look(client: Any, targets: list[tuple[str, Any]], gone: set[str]) -> bool:
