@@ -11,8 +11,6 @@ queue pool's queues are placed there (bounded), so that its first calls find the
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
 import threading
 import time
@@ -23,23 +21,13 @@ import cloudpickle
 from distributed import Client
 
 from daskqueue import defaults
+from daskqueue.queue.gone_workers import LOSS_ASK_TIMEOUT_S, LOSS_CHECK_S, TIMEOUTS, is_done
 from daskqueue.queue.handles import call_all, free_actor, queue_ref
 from daskqueue.scheduler_query import scheduler_workers
 
 __all__ = ["Members", "LOSS_CHECK_S", "LOSS_ASK_TIMEOUT_S"]
 
 logger = logging.getLogger("daskqueue")
-
-#: What waiting on a call's answer raises when it is not there in time (distinct classes
-#: before Python 3.11).
-_TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)
-
-#: While the pool waits for its consumers' answers (``start``, ``stop``, ``close``,
-#: ``stats``), how often it asks the scheduler whether a worker of theirs died meanwhile,
-#: and how long that question may take (a scheduler that does not answer leaves the wait
-#: bounded by its own deadline alone).
-LOSS_CHECK_S = 0.5
-LOSS_ASK_TIMEOUT_S = 2.0
 
 
 @dataclass(eq=False)
@@ -141,8 +129,8 @@ class Members:
             m, future = pending[index]
             try:
                 answers[index] = future.result(timeout=max(0.001, min(deadline, next_look) - now))
-            except _TIMEOUTS:
-                if not _done(future):
+            except TIMEOUTS:
+                if not is_done(future):
                     continue  # not answered yet: look whether its worker is still there
                 errors.append((m, f"{_name(m)}: no answer to {method}"))
             except Exception as e:
@@ -238,7 +226,7 @@ class Members:
                 index, (_, _, future) = next(iter(pending.items()))
                 try:
                     handle = future.result(timeout=max(0.001, min(next_look, deadline) - now))
-                except _TIMEOUTS:
+                except TIMEOUTS:
                     if time.monotonic() < deadline:
                         continue  # not started yet: look whether its worker is still there
                     raise
@@ -392,8 +380,3 @@ class Members:
 
 def _name(m: _Member) -> str:
     return f"consumer {m.index} on {m.address}"
-
-
-def _done(future: Any) -> bool:
-    done = getattr(future, "done", None)
-    return bool(done()) if done is not None else True

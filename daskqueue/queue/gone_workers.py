@@ -19,12 +19,12 @@ from typing import Any
 
 from daskqueue.scheduler_query import scheduler_workers
 
-__all__ = ["call_alive", "LOSS_CHECK_S", "LOSS_ASK_TIMEOUT_S", "LOSS_CONFIRM_S"]
+__all__ = ["call_alive", "is_done", "LOSS_CHECK_S", "LOSS_ASK_TIMEOUT_S", "LOSS_CONFIRM_S", "TIMEOUTS"]
 
 logger = logging.getLogger("daskqueue")
 
-#: How often a wait for answers asks the scheduler whether a target's worker died meanwhile,
-#: and how long that question may take.
+#: How often a wait for answers (here, and the consumer pool's) asks the scheduler whether a
+#: target's worker died meanwhile, and how long that question may take.
 LOSS_CHECK_S = 0.5
 LOSS_ASK_TIMEOUT_S = 2.0
 
@@ -34,7 +34,7 @@ LOSS_CONFIRM_S = 3.0
 
 #: What waiting on a call's answer raises when it is not there in time (distinct classes
 #: before Python 3.11).
-_TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)
+TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)
 
 
 def call_alive(client: Any, targets: list[tuple[str, Any]], method: str, *args: Any,
@@ -73,8 +73,8 @@ def call_alive(client: Any, targets: list[tuple[str, Any]], method: str, *args: 
         handle, future = pending[name]
         try:
             future.result(timeout=max(0.001, min(deadline, next_look) - now))
-        except _TIMEOUTS:
-            if not _done(future):
+        except TIMEOUTS:
+            if not is_done(future):
                 continue  # not answered yet: look whether its worker is still there
             failed.append((handle, f"{name}: no answer to {method}", False))
         except Exception as e:
@@ -113,6 +113,6 @@ def _look(client: Any, targets: list[tuple[str, Any]], gone: set[str]) -> bool:
     return True
 
 
-def _done(future: Any) -> bool:
+def is_done(future: Any) -> bool:
     done = getattr(future, "done", None)
     return bool(done()) if done is not None else True
