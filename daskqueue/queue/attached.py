@@ -15,7 +15,9 @@ Three kinds (see :mod:`daskqueue.producers` for who gets which):
 * *task* handles (``get_pool()``, or a pool unpickled on a worker): the producer tag of the
   running message (or of the pool pickled), so that the follow-ups' outcomes go to whoever
   submitted the parent. Such a handle submits but does not read outcomes (they are its
-  producer's); its ``map`` runs on a sibling handle with a fresh tag, whose outcomes it reads.
+  producer's);
+* *map* handles: the sibling a task handle's ``map`` / ``imap`` runs on, with a fresh tag
+  whose outcomes it reads (it shares the task handle's queue handles; closed after).
 """
 
 from __future__ import annotations
