@@ -42,3 +42,25 @@ def test_an_attached_put_wakes_a_pool_that_adapt_let_rest(cluster_factory):
         finally:
             ah.close()
     qp.close()
+
+
+@pytest.mark.timeout(120)
+def test_an_attached_call_to_a_retired_workers_queue_goes_where_the_queue_moved(cluster_factory):
+    """The worker retired (its queue handed off first) and is gone: a call through the
+    handle's old actor cannot reach it. The queue moved, it was not lost."""
+    cluster, client = cluster_factory(2)
+    qp = QueuePool(client, 1)
+    with Client(cluster, set_as_default=False) as other:
+        ah = QueuePool.attach(other, qp.name)
+        try:
+            old = qp.queues[0]._address
+            client.retire_workers([old])
+            wait_until(lambda: n_workers(client) == 1 and qp.queues[0]._address != old, timeout_s=30)
+            assert ah.table.handles[0]._address == old  # not followed yet
+            # before: QueueLostError "... lost with its worker ...; 1 of its transient messages ..."
+            ah.submit(tasks.double, 2)
+            assert qp.stats()[0].pending == 1
+            assert ah.table.handles[0]._address == qp.queues[0]._address
+        finally:
+            ah.close()
+    qp.close()

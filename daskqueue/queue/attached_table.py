@@ -51,6 +51,14 @@ class HandleTable(QueueTable):
         self.wake = self._wake
         self.while_moving = self._follow_resting
 
+    def call(self, q: int, method: str, *args: Any) -> Pending:
+        """Also: a call that finds its queue's worker gone after the queue moved on (or to
+        rest, see :meth:`lost_error`) is made again where the queue is now."""
+        try:
+            return super().call(q, method, *args)
+        except QueueHandedOffError:
+            return super().call(q, method, *args)
+
     def answer(self, q: int, pending: Pending, deadline: float | None = None) -> Any:
         try:
             return super().answer(q, pending, deadline)
@@ -129,11 +137,17 @@ class HandleTable(QueueTable):
 
     def lost_error(self, q: int, handle: Any = None, *, unsent: int = 0) -> QueueLostError:
         """Also: a queue the owner removed (the registry lists it so) is gone as removed, not
-        lost: its actor is released, so a call to it may fail as if its worker died."""
+        lost: its actor is released, so a call to it may fail as if its worker died. And a
+        transient queue handed off before its worker left (retired: the registry names its
+        successor, or lists it as resting) moved: :class:`QueueHandedOffError`."""
         if q in self.removed or (q not in self.lost and self._removed_by_owner(q)):
             return self._removed_error(q)  # type: ignore[return-value]
-        if self.refresh is not None and self.durability == "durable":
-            self._follow(q, self.handles[q] if handle is None else handle)
+        handle = self.handles[q] if handle is None else handle
+        if self.refresh is not None and (self.durability == "durable" or q not in self.lost):
+            self._follow(q, handle)
+            if self.durability == "transient" and q not in self.lost \
+                    and (self.handles[q] is not handle or q in self.resting):
+                return QueueHandedOffError(q, getattr(handle, "_address", "?"))
         return super().lost_error(q, handle, unsent=unsent)
 
     def _removed_by_owner(self, q: int) -> bool:
