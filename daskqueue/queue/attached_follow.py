@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from typing import Any, Callable
 
 from daskqueue.errors import PoolClosedError, QueueClosedError
@@ -133,7 +134,7 @@ class _AttachedDemand:
 
     def __init__(self, pool: Any) -> None:
         self.client = pool.client
-        self.name = f"{pool.name} (attached producer {pool.producer})"
+        self.name = f"{pool.name} (attached {uuid.uuid4().hex[:12]})"  # one per handle
 
     def __repr__(self) -> str:
         return f"<attached handle {self.name!r}>"
