@@ -40,7 +40,8 @@ def actor_ref(handle: Any) -> tuple[str, str, str]:
 
 def actor_from_ref(ref: tuple[str, str, str], client: Any = None) -> Any:
     """An actor handle (its calls go straight to its worker, through ``client``, by default
-    the current one) from :func:`actor_ref` data."""
+    the current one) from :func:`actor_ref` data. It holds no reference on the actor's key:
+    the actor is its owner's to free (see ``DirectActor``'s ``hold``)."""
     from daskqueue.queue.handles import DirectActor
 
     path, address, key = ref
@@ -48,7 +49,7 @@ def actor_from_ref(ref: tuple[str, str, str], client: Any = None) -> Any:
     cls: Any = importlib.import_module(module)
     for part in qualname.split("."):
         cls = getattr(cls, part)
-    return DirectActor(cls, address, key, client=client)
+    return DirectActor(cls, address, key, client=client, hold=False)
 
 
 def _set(client: Any, keys: list[str], value: Any) -> None:
