@@ -4,7 +4,9 @@ On one 2 x 1 ``LocalCluster`` (one queue and one consumer per worker, the peers'
 no-op tasks (default 1,000,000) go through each of:
 
 * ``map``: ``qp.map(noop, range(N))`` (the baseline every ratio is against);
-* ``imap`` and ``imap_unordered`` over a generator;
+* ``imap`` and ``imap_unordered`` over a generator (``input_s``: what pulling that generator
+  costs alone, measured apart: the user's own cost, paid by the client's main thread);
+* ``imap_range``: ``imap`` over ``range(N)``, the input ``map`` gets (like for like);
 * ``as_completed``: ``batch_submit`` in chunks (default 100,000), two in flight (``--in-flight``), the outcomes
   of each taken with ``cp.as_completed(ids)`` and dropped (what the README recommends for
   millions of tasks), with the client's RSS growth;
@@ -27,6 +29,7 @@ each round. Targets (issue 24): every shape >= 0.8x ``map``,
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import itertools
 import json
@@ -44,7 +47,7 @@ from typing import Any, Callable
 SAMPLE_EVERY = 250_000
 second = itemgetter(1)  # the outcome of an ``(id, outcome)`` pair
 
-SHAPES = ["map", "imap", "imap_unordered", "as_completed", "submit_join_results", "batch_submit"]
+SHAPES = ["map", "imap", "imap_range", "imap_unordered", "as_completed", "submit_join_results", "batch_submit"]
 
 
 def noop(x: Any) -> Any:
@@ -86,7 +89,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 assert len(res) == n and total == n * (n - 1) // 2
                 return {"seconds": s}
 
-            def run_imap(ordered: bool) -> Callable[[], dict[str, Any]]:
+            def run_imap(ordered: bool, generator: bool = True) -> Callable[[], dict[str, Any]]:
                 def run() -> dict[str, Any]:
                     before = rss()
                     t0 = time.perf_counter()
@@ -98,7 +101,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     # the sum; RSS read between slices of SAMPLE_EVERY. A Python loop body per
                     # item (the enumerate / += / % of stops 23-31: 200 ms per 1M bare, as much
                     # as map's whole run) measured the harness, not the stream.
-                    stream = it(tasks.noop, (i for i in range(n)))
+                    stream = it(tasks.noop, (i for i in range(n)) if generator else range(n))
                     for _ in range(-(-n // SAMPLE_EVERY)):
                         total += sum(itertools.islice(stream, SAMPLE_EVERY))
                         a = time.perf_counter()
@@ -107,7 +110,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     assert next(stream, None) is None
                     s = time.perf_counter() - t0 - sampling
                     assert total == n * (n - 1) // 2
-                    return {"seconds": s, "rss_growth_mib": round(max(peak, rss() - before) / 2**20, 1)}
+                    got = {"seconds": s, "rss_growth_mib": round(max(peak, rss() - before) / 2**20, 1)}
+                    if generator:
+                        a = time.perf_counter()
+                        collections.deque((i for i in range(n)), 0)
+                        got["input_s"] = round(time.perf_counter() - a, 3)
+                    return got
                 return run
 
             def run_as_completed() -> dict[str, Any]:
@@ -157,7 +165,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     bare.close()
                 return {"seconds": s}
 
-            runs = {"map": run_map, "imap": run_imap(True), "imap_unordered": run_imap(False),
+            runs = {"map": run_map, "imap": run_imap(True), "imap_range": run_imap(True, generator=False),
+                    "imap_unordered": run_imap(False),
                     "as_completed": run_as_completed, "submit_join_results": run_submit_join_results,
                     "batch_submit": run_batch_submit}
             wanted = [s for s in SHAPES if s in args.shapes.split(",")]
@@ -168,7 +177,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     res = runs[name]()
                     res["per_s"] = round(n / res["seconds"])
                     got[name] = res
-                    print(f"  round {r + 1} {name:20s} {res['per_s']:>10,}/s", file=sys.stderr, flush=True)
+                    extra = f"  (its generator alone: {res['input_s']:.3f} s)" if "input_s" in res else ""
+                    print(f"  round {r + 1} {name:20s} {res['per_s']:>10,}/s{extra}", file=sys.stderr, flush=True)
                 out["rounds"].append(got)
     return out
 

@@ -5,8 +5,9 @@ Every ``QueuePool`` registers itself on the scheduler (Dask's scheduler metadata
 each of its queue actors; every ``ConsumerPool`` registers its consumers under the queue
 pool's name. The command line (``daskqueue stats``, ``daskqueue dead-letters``), the status
 page and the metrics find the pools there, from any client of the cluster. An entry is
-updated when a queue moves or the pool's queues change (attached handles follow it: see
-:mod:`daskqueue.queue.attached`), and removed when the pool closes;
+updated when a queue moves or the pool's queues change, always before the actor it named
+is freed (attached handles follow it: see :mod:`daskqueue.queue.attached`), and removed when
+the pool closes;
 an entry left by a client that died stays until a pool of the same name replaces it, and its
 actors then answer as lost (readers must expect that).
 """
@@ -39,7 +40,8 @@ def actor_ref(handle: Any) -> tuple[str, str, str]:
 
 def actor_from_ref(ref: tuple[str, str, str], client: Any = None) -> Any:
     """An actor handle (its calls go straight to its worker, through ``client``, by default
-    the current one) from :func:`actor_ref` data."""
+    the current one) from :func:`actor_ref` data. It holds no reference on the actor's key:
+    the actor is its owner's to free (see ``DirectActor``'s ``hold``)."""
     from daskqueue.queue.handles import DirectActor
 
     path, address, key = ref
@@ -47,7 +49,7 @@ def actor_from_ref(ref: tuple[str, str, str], client: Any = None) -> Any:
     cls: Any = importlib.import_module(module)
     for part in qualname.split("."):
         cls = getattr(cls, part)
-    return DirectActor(cls, address, key, client=client)
+    return DirectActor(cls, address, key, client=client, hold=False)
 
 
 def _set(client: Any, keys: list[str], value: Any) -> None:
@@ -69,10 +71,13 @@ def register_pool(pool: Any) -> None:
     table, router = getattr(pool, "table", None), getattr(pool, "router", None)
     # "removed": the queues taken out for good (not in "queues" either, as a queue being
     # moved is not): attached handles stop polling those, and wait for the others;
+    # "resting": queues with no actor, their state kept in the owner's client until a worker
+    # can take them (attached handles wait for those, as the owner's calls do);
     # "draining": serving queues new messages no longer go to (being removed).
     entry = {"name": pool.name, "durability": pool.durability, "dirpath": pool.dirpath,
              "n_queues": pool.n_queues, "queues": queues,
              "removed": sorted(table.removed) if table is not None else [],
+             "resting": sorted(getattr(table, "resting", ())) if table is not None else [],
              "draining": sorted(set(serving) - set(router.targets)) if router is not None else []}
     config = getattr(pool, "config", None)
     if config is not None:  # what QueuePool.attach(client, name) rebuilds a handle from

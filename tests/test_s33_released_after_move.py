@@ -82,3 +82,31 @@ def test_a_call_that_reaches_the_freed_actor_is_a_hand_off_and_is_asked_again(cl
         assert not isinstance(e.value, QueueHandedOffError)
     finally:
         table.handles[0] = current
+
+
+@pytest.mark.timeout(60)
+def test_a_long_poll_waited_on_while_its_transient_queue_hands_off_is_not_lost(client, pools):
+    """A wait slice that ends after a hand-off began (``begin_move``, its first step) but
+    before the old actor answers: the queue is moving, not lost. Before: QueueLostError
+    ("lost with its worker ... transient messages are lost"), which ended a stream."""
+    qp = pools.queue(1)
+    table, collector = qp.table, qp.collector
+    with collector._lock:
+        collector._long[0] = collector._send(0, 30.0)
+    table.begin_move(0)
+    try:
+        assert collector.poll(wait_s=0.2) == 0
+    finally:
+        table.end_move(0)
+
+
+@pytest.mark.timeout(120)
+def test_a_call_through_the_schedulers_proxy_to_the_freed_actor_is_a_hand_off(client, pools):
+    """Through Dask's proxy (``direct_to_workers=False``, or a login node's fallback), a call
+    that reaches a released actor is never answered: the table must not wait for it, nor
+    call the queue lost."""
+    qp = pools.queue(1, direct_to_workers=False)
+    old = _moved_and_released(client, qp)
+    with pytest.raises(QueueHandedOffError):
+        qp.table.answer(0, Pending(old.stats(), old, "stats", ()))
+    assert qp.table.answer_or_ask_again(0, Pending(old.stats(), old, "stats", ())).index == 0

@@ -65,14 +65,34 @@ class DirectActor(Actor):
     (a synchronous and an asynchronous one, say): the handle then took the other's lane.
     """
 
-    def __init__(self, cls: type, address: str, key: str, worker: Any = None, client: Any = None) -> None:
+    def __init__(self, cls: type, address: str, key: str, worker: Any = None, client: Any = None, *,
+                 hold: bool = True) -> None:
         self._bind_to = client  # read by _try_bind_worker_client, which Actor's __init__ calls
+        self._hold = hold
         super().__init__(cls, address, key, worker)
         self._lane: LaneClient | None = None
         self._lane_checked = False
 
     def _try_bind_worker_client(self) -> None:
         client = self.__dict__.get("_bind_to")
+        if not self.__dict__.get("_hold", True) and self._client is None and self._worker is None:
+            # A handle on somebody else's actor (a pool attached by name): it holds no Future
+            # on the key, so it never keeps an actor its owner freed (a queue that moved off
+            # a retiring worker: Dask refuses to retire a worker that still holds an actor).
+            from distributed import get_client, get_worker
+
+            try:
+                self._worker = get_worker()
+                return
+            except ValueError:
+                pass
+            if client is None:
+                try:
+                    client = get_client()
+                except ValueError:
+                    return
+            self._client = client
+            return
         if client is None or self._client is not None or self._worker is not None:
             super()._try_bind_worker_client()
             return

@@ -1,7 +1,8 @@
 """An attached handle follows its pool's queues: those the owner adds, and those it removes.
 
 The owner registers its pool again whenever its queues change (:mod:`daskqueue.registry`:
-``queues``, the serving ones; ``removed``, those taken out for good). An attached handle
+``queues``, the serving ones; ``removed``, those taken out for good; ``resting``, those with
+no actor now). An attached handle
 (:mod:`daskqueue.queue.attached`) reads that entry at most once per ``FOLLOW_S``, before a put
 and before a poll, and
 
@@ -12,7 +13,11 @@ and before a poll, and
   is removed (it handed the records this handle had not read to another queue first, see
   ``resize.forward_records``);
 * polls every queue once per ``FOLLOW_S`` even while it waits on one (``result(id)`` long-polls
-  the queue the id names: the moved record of that message may be in another).
+  the queue the id names: the moved record of that message may be in another);
+* follows a queue that moved (the registry names another actor for it);
+* waits for a queue listed as ``resting`` (no worker can take it now: its state waits in the
+  owner's client), asking the scheduler for a worker under a demand of its own, as the owner
+  does (see :mod:`daskqueue.queue.attached_table`).
 
 A queue that is neither serving nor removed (being reopened elsewhere) is waited for, as before.
 """
@@ -22,9 +27,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from typing import Any, Callable
 
 from daskqueue.errors import PoolClosedError, QueueClosedError
+from daskqueue.queue.demand import Demand
 from daskqueue.results import ResultCollector
 
 __all__ = ["FOLLOW_S", "HandleCollector", "NoQueue", "apply_entry", "follower_of"]
@@ -83,7 +90,9 @@ def apply_entry(pool: Any, entry: dict[str, Any], handle_of: Callable[[Any], Any
     table, collector, router = pool.table, pool.collector, pool.router
     refs = {int(i): ref for i, ref in (entry.get("queues") or {}).items()}
     removed = {int(i) for i in entry.get("removed") or ()}
-    n = max(int(entry.get("n_queues") or 0), 1 + max(refs, default=-1), 1 + max(removed, default=-1))
+    resting = {int(i) for i in entry.get("resting") or ()}
+    n = max(int(entry.get("n_queues") or 0), 1 + max(refs, default=-1), 1 + max(removed, default=-1),
+            1 + max(resting, default=-1))
     old = len(table.handles)
     if n > old:
         table.grow([NoQueue(q) for q in range(old, n)], [None] * (n - old))
@@ -97,8 +106,12 @@ def apply_entry(pool: Any, entry: dict[str, Any], handle_of: Callable[[Any], Any
                 pool.forget_queue(q)
             else:
                 collector.removed.add(q)
-        elif q in refs and q in table.removed:  # added since (or serving again): use it
-            table.replace(q, handle_of(refs[q]), None)
+        elif q in refs and (q in table.removed or q in table.resting or _moved(table.handles[q], refs[q])):
+            table.serve(q, handle_of(refs[q]))  # added since, serving again or moved: use it
+            table.removed.discard(q)
+            collector.removed.discard(q)
+        elif q in resting and q not in refs:  # its state waits in the owner's client: wait for it
+            table.rest(q)
             table.removed.discard(q)
             collector.removed.discard(q)
     draining = {int(i) for i in entry.get("draining") or ()}  # still polled, not routed to
@@ -110,12 +123,33 @@ def apply_entry(pool: Any, entry: dict[str, Any], handle_of: Callable[[Any], Any
     return False
 
 
+def _moved(handle: Any, ref: Any) -> bool:
+    """Whether registry ``ref`` names another actor than ``handle``."""
+    return (handle.key, handle._address) != (ref[2], ref[1])
+
+
+class _AttachedDemand:
+    """Who asks the scheduler for a worker for an attached handle's resting queues: a demand
+    under a name of its own, so that each withdraws only its own (the owner's stays)."""
+
+    def __init__(self, pool: Any) -> None:
+        self.client = pool.client
+        self.name = f"{pool.name} (attached {uuid.uuid4().hex[:12]})"  # one per handle
+
+    def __repr__(self) -> str:
+        return f"<attached handle {self.name!r}>"
+
+
 def follower_of(pool: Any, read_entry: Callable[[], dict[str, Any] | None],
                 handle_of: Callable[[Any], Any]) -> Callable[[], bool]:
     """``follow()`` for attached handle ``pool``: at most once per ``FOLLOW_S`` (and only if
     no other thread is reading it: it tries again later), read the registry
     entry with ``read_entry()`` and apply it. True when it read it. Never raises: a registry
-    that cannot be read, or a pool no longer registered, is for the calls to report."""
+    that cannot be read, or a pool no longer registered, is for the calls to report.
+    Its table learns from the entry which queues rest, and asks for a worker for them."""
+    table = pool.table
+    table.resting_by_owner = lambda q: q in ((read_entry() or {}).get("resting") or ())
+    table.demand = Demand(_AttachedDemand(pool), table.resting)
     last = [time.monotonic()]  # just attached: the entry was read then
 
     reading = threading.Lock()  # one reader at a time; never the collector's lock (below)

@@ -242,6 +242,8 @@ class Follower(StartsMixin):
         successor on the next worker that joins. Calls to the queue wait meanwhile (and wake
         it); a state with work in it asks the scheduler for a worker at once."""
         self._rest(q, state)
+        # Registered as resting before the old actor is freed: attached handles wait for it.
+        registry.register_pool(self.pool)
         free_actor(self.table.futures[q], self.table.handles[q])
         pending = handoff_pending(state)
         if pending:
@@ -289,6 +291,8 @@ class Follower(StartsMixin):
         resting = q in self.table.resting
         self.table.resting.discard(q)
         old_future, old_handle = self.table.replace(q, handle, future)
+        # Registered before the old actor is freed: attached handles find the successor there.
+        registry.register_pool(self.pool)
         self.demand.withdraw(q)
         try:
             for cp in self.pool.consumer_pools():
@@ -297,7 +301,6 @@ class Follower(StartsMixin):
             if old_future is not None and not resting:  # a resting queue's old actor was freed already
                 free_actor(old_future, old_handle)
         self.share_peers()
-        registry.register_pool(self.pool)
 
     # -- peers and slots (see PoolPeers) --------------------------------------------------------
 

@@ -19,6 +19,10 @@ from daskqueue.results import MapClaim
 
 __all__ = ["StreamClaim", "StreamWindow"]
 
+#: Inputs a stream slices instead of iterating (exactly these types: a subclass may change
+#: what slicing means).
+SLICED_INPUTS = (range, list, tuple)
+
 
 @dataclass(eq=False)
 class StreamClaim(MapClaim):
@@ -92,7 +96,7 @@ class StreamWindow:
     """The state of one stream: its input, window, chunks in input order, counters. Pure:
     ``send`` and ``release`` are the stream's calls out (put a chunk; let a chunk go)."""
 
-    items: Iterator[Any]
+    items: Iterator[Any] | range | list[Any] | tuple[Any, ...]  # the input (see ``fill``)
     window: int
     chunk: int
     timeout_s: float | None
@@ -116,9 +120,15 @@ class StreamWindow:
         return sum(c.n for c in self.chunks)
 
     def fill(self) -> None:
-        """Put chunks while they fit in the window and the input lasts."""
+        """Put chunks while they fit in the window and the input lasts. A ``range``, list or
+        tuple input is sliced (a range's slice is a range: nothing is built per item here);
+        any other is pulled item by item."""
+        sliced = type(self.items) in SLICED_INPUTS
         while not self.exhausted and self.window - self.in_flight() >= self.chunk:
-            items = list(itertools.islice(self.items, self.chunk))
+            if sliced:
+                items = self.items[self.put : self.put + self.chunk]  # type: ignore[index]
+            else:
+                items = list(itertools.islice(self.items, self.chunk))
             if len(items) < self.chunk:
                 self.exhausted = True
             if items:

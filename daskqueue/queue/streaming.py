@@ -34,7 +34,7 @@ from daskqueue.queue.options import Eta
 from daskqueue.queue.router import waves
 from daskqueue.queue.stream_parts import (Results, Sends, is_lost, raise_in_input, runs_to_raise,
                                           unstored_positions)
-from daskqueue.queue.stream_window import StreamClaim, StreamWindow
+from daskqueue.queue.stream_window import SLICED_INPUTS, StreamClaim, StreamWindow
 from daskqueue.serialize import pickle_function
 from daskqueue.validate import check_number
 
@@ -161,7 +161,8 @@ class Streaming:
             sends.submit(claim, lambda: self._put_chunk(encoded, claim, options, offset, source))
             return claim
 
-        stream = StreamWindow(iter(iterable), window, max(1, min(CHUNK_ROUNDS * round_size, window // 4)), timeout_s, errors,
+        items = iterable if iterable.__class__ in SLICED_INPUTS else iter(iterable)  # (``type`` is an option here)
+        stream = StreamWindow(items, window, max(1, min(CHUNK_ROUNDS * round_size, window // 4)), timeout_s, errors,
                          ordered, send, self.collector.release)
         return Results.over(self._run(stream, sends))
 
@@ -211,7 +212,11 @@ class Streaming:
                     continue
                 for chunk, start, end in stream.ready():
                     if not chunk.failures:  # the usual case: one slice, not a step per item
-                        yield iter(chunk.values[start:end])
+                        values = chunk.values
+                        # A whole chunk is not copied: its list is only rebound afterwards
+                        # (released, dropped), and each slice is read to its end before the
+                        # next is asked for (Results), so nothing forgets values under it.
+                        yield iter(values) if start == 0 and end == len(values) else iter(values[start:end])
                         continue
                     for run in runs_to_raise(chunk, start, end, stream.errors == "raise"):
                         if isinstance(run, RemoteTaskError):

@@ -169,7 +169,15 @@ class QueueTable:
                     return future.result()
                 self.check_scheduler()
                 if self.gone(q, handle):
-                    raise self.lost_error(q, handle) from e
+                    moved = q not in self.lost and not actor_lost(handle)
+                    if moved and (handle is not self.handles[q] or q in self.resting):
+                        # Moved on (or parked): its old actor may be freed, and a call that
+                        # reaches it through Dask's proxy is never answered.
+                        raise QueueHandedOffError(q, getattr(handle, "_address", "?")) from e
+                    if not (moved and q in self.moving and self.durability != "durable"):
+                        raise self.lost_error(q, handle) from e
+                    # A transient queue being handed off: its actor still answers (the result,
+                    # or QueueHandedOffError once the hand-off began); wait on, by the deadline.
                 now = time.monotonic()
                 if now >= deadline:
                     raise QueueCallTimeoutError(q, method, round(deadline - started, 3)) from e
@@ -196,9 +204,11 @@ class QueueTable:
             return self.answer(q, self.call(q, pending.method, *pending.args), deadline)
 
     def await_move(self, q: int, handle: Any) -> None:
-        """Wait (bounded) until durable queue ``q`` has moved away from ``handle`` or is lost."""
+        """Wait (bounded) until queue ``q`` has moved away from ``handle``, is lost, or rests
+        (parked with no worker to take it: a call made now wakes it)."""
         deadline = time.monotonic() + defaults.MOVE_WAIT_S
-        while self.handles[q] is handle and q not in self.lost and time.monotonic() < deadline:
+        while (self.handles[q] is handle and q not in self.lost and q not in self.resting
+               and time.monotonic() < deadline):  # parked: the next call wakes it (current)
             self.check_scheduler()
             time.sleep(defaults.POLL_INTERVAL_S)
 
