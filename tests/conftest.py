@@ -35,11 +35,11 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
 # preloads the modules of daskqueue's actors (0.25 s of CPU per worker otherwise):
 # distributed sets its own preload list at its first ``get_mp_context``, so that call comes
 # first and this list, which starts with distributed, replaces it.
+FORKSERVER_PRELOAD = ["distributed", "daskqueue.queue.transient", "daskqueue.queue.durable",
+                      "daskqueue.consumer.general", "daskqueue.queue.pool", "daskqueue.consumer.pool"]
 dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
 get_mp_context()
-multiprocessing.get_context("forkserver").set_forkserver_preload(
-    ["distributed", "daskqueue.queue.transient", "daskqueue.queue.durable", "daskqueue.consumer.general",
-     "daskqueue.queue.pool", "daskqueue.consumer.pool"])
+multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
 
 
 @pytest.fixture(scope="session")
