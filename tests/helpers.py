@@ -1,4 +1,5 @@
-"""Waiting on a condition instead of sleeping a fixed time: every wait has a timeout."""
+"""Waiting on a condition instead of sleeping a fixed time (every wait has a timeout), killing
+workers, and worker jobs in process groups of their own."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import asyncio
 import inspect
 import os
 import signal
+import subprocess
+import sys
 import time
 from typing import Any, Awaitable, Callable
 
@@ -46,3 +49,58 @@ def kill_worker(client: Any, address: str) -> None:
     """SIGKILL the process of the worker at ``address``, as the OOM killer or preemption would."""
     pid = client.run(os.getpid, workers=[address])[address]
     os.kill(pid, signal.SIGKILL)
+
+
+#: The repository's root: the working directory and import path of the processes tests start.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def root_env() -> dict[str, str]:
+    """This environment, with the repository first on ``PYTHONPATH`` (a process started from
+    a test imports this tree's daskqueue and tests)."""
+    return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+class WorkerJobs:
+    """``dask worker`` jobs beside fresh in-process schedulers: each job is a nanny and its
+    worker in a process group of their own, as one batch job is, so that killing the group
+    (as ``scancel`` does) leaves nothing to restart the worker (a ``LocalCluster``'s nanny
+    would). ``start(n)`` -> ``(client, [Popen])``; ``close()`` kills every job still alive
+    and closes the schedulers and clients."""
+
+    def __init__(self, *, wait_s: float = 120.0) -> None:
+        self.wait_s = wait_s
+        self._made: list[tuple[Any, Any, list[subprocess.Popen]]] = []
+
+    def start(self, n: int) -> tuple[Any, list[subprocess.Popen]]:
+        from distributed import Client, LocalCluster
+
+        cluster = LocalCluster(n_workers=0, dashboard_address=":0", host="127.0.0.1")
+        client = Client(cluster)
+        procs = [
+            subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
+                              "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
+                             cwd=ROOT, env=root_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+            for _ in range(n)
+        ]
+        self._made.append((cluster, client, procs))
+        client.wait_for_workers(n, timeout=self.wait_s)
+        return client, procs
+
+    def close(self) -> None:
+        for cluster, client, procs in reversed(self._made):
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=30)
+            client.close(timeout=10)
+            cluster.close(timeout=10)
+        self._made.clear()
+
+
+def job_of(client: Any, procs: list[subprocess.Popen], address: str) -> subprocess.Popen:
+    """The job (of ``WorkerJobs``: nanny and worker, one process group) of the worker at ``address``."""
+    pid = client.run(os.getpid, workers=[address])[address]
+    [job] = [p for p in procs if p.pid == os.getpgid(pid)]
+    return job

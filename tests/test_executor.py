@@ -19,7 +19,19 @@ from tests.tasks import Unpicklable
 def running(pools):
     """A queue pool of 2 queues (no retries: a failure is final at once) with its consumers
     started. (Starting consumers takes most of each test's time on a loaded machine, 6-14 s
-    measured: the timeouts leave room for it; the calls themselves take 0.1-5 s.)"""
+    measured: the timeouts leave room for it; the calls themselves take 0.1-5 s.)
+
+    The consumers run tasks on their own threads: where user code runs is no concern of the
+    executor's, and a child process per consumer (the default, next to a queue) cost each
+    test ~0.5 s of CPU. The tests of errors raised by tasks use ``running_in_children``."""
+    qp = pools.queue(2, max_retries=0)
+    pools.consumer(qp, isolation="thread").start()
+    return qp
+
+
+@pytest.fixture
+def running_in_children(pools):
+    """``running`` with the consumers' default isolation: tasks run in child processes."""
     qp = pools.queue(2, max_retries=0)
     pools.consumer(qp).start()
     return qp
@@ -61,8 +73,8 @@ def test_submit_gives_a_real_future_with_the_result(running):
 
 
 @pytest.mark.timeout(60)
-def test_a_task_error_is_raised_as_its_own_type_with_the_remote_traceback(running):
-    with running.executor() as ex:
+def test_a_task_error_is_raised_as_its_own_type_with_the_remote_traceback(running_in_children):
+    with running_in_children.executor() as ex:
         future = ex.submit(tasks.boom, 5)
         with pytest.raises(ValueError, match="boom 5") as info:
             future.result(timeout=10)
@@ -75,12 +87,12 @@ def test_a_task_error_is_raised_as_its_own_type_with_the_remote_traceback(runnin
 
 
 @pytest.mark.timeout(60)
-def test_an_error_that_cannot_be_rebuilt_or_original_errors_off_raises_remote_task_error(running):
-    with running.executor() as ex:
+def test_an_error_that_cannot_be_rebuilt_or_original_errors_off_raises_remote_task_error(running_in_children):
+    with running_in_children.executor() as ex:
         with pytest.raises(RemoteTaskError, match="TwoPartError") as info:
             ex.submit(tasks.raise_two_part, 1).result(timeout=10)
         assert "raise_two_part" in info.value.remote_traceback
-    with running.executor(original_errors=False) as ex:
+    with running_in_children.executor(original_errors=False) as ex:
         with pytest.raises(RemoteTaskError, match="boom 1"):
             ex.submit(tasks.boom, 1).result(timeout=10)
 

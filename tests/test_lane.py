@@ -18,7 +18,7 @@ from daskqueue import ConsumerPool, QueuePool
 from daskqueue.errors import ConfigurationError, QueueClosedError, QueueLostError, RemoteTaskError, SerializationError
 from daskqueue.queue.lane import lane_allowed
 from daskqueue.queue.lane_wire import HEADER, HELLO, METHOD_CODES, SECRET_BYTES, decode_args, encode_request
-from tests import tasks
+from tests import gate_tasks, tasks
 from tests.helpers import kill_worker, wait_until
 
 
@@ -312,14 +312,16 @@ def test_a_killed_queue_worker_ends_a_wait_on_the_lane_with_queue_lost_in_bounde
 
 
 @pytest.mark.timeout(240)
-def test_a_killed_consumer_worker_loses_no_message_waited_on_over_the_lane(cluster_factory):
+def test_a_killed_consumer_worker_loses_no_message_waited_on_over_the_lane(cluster_factory, tmp_path):
     cluster, client = cluster_factory(3)
     qp = QueuePool(client, 1, lease_timeout_s=120)
     cp = ConsumerPool(client, qp, n_consumers=3, isolation="thread")
     cp.start()
     _lane_up(qp, cp)
     queue_address = qp.queues[0]._address
-    ids = [qp.submit(tasks.sleep_then, i, 6.0) for i in range(3)]
+    # The tasks run until the test releases them: the victim's one is running when it dies.
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    ids = [qp.submit(gate_tasks.run_until_released, i, started, release) for i in range(3)]
     holders: list[str] = []
 
     def held_elsewhere() -> bool:
@@ -334,8 +336,11 @@ def test_a_killed_consumer_worker_loses_no_message_waited_on_over_the_lane(clust
     with concurrent.futures.ThreadPoolExecutor(3) as ex:
         waiting = [ex.submit(cp.result, i, 90) for i in ids]
         kill_worker(client, holders[0])
+        # Its lease was taken back at the loss (not at expiry, 120 s), while the tasks ran.
+        wait_until(lambda: qp.stats()[0].total_worker_lost >= 1, timeout_s=60, interval_s=0.05)
+        with open(release, "w"):
+            pass
         assert [w.result(timeout=120) for w in waiting] == [0, 1, 2]
-    assert qp.stats()[0].total_worker_lost >= 1  # its lease was taken back at the loss, not at expiry
     assert qp.stats()[0].total_put >= 3 + 1
     assert qp.queues[0].lane_peer() is not None  # the queue's worker lives: still on the lane
     cp.close()

@@ -16,14 +16,15 @@ import pytest
 from daskqueue.queue.lane_connection import LaneConnection
 from daskqueue.queue.lane_server import LaneServer
 from daskqueue.queue.lane_wire import HEADER, HELLO, OK, SECRET_BYTES, encode_reply
+from tests.helpers import wait_until
 
 
 class _ScriptedPeer:
     """Accepts one connection, reads the hello and request frames, and answers request
-    ``k`` (in arrival order) after ``delays[k]`` seconds (default: at once)."""
+    ``k`` (in arrival order) at once, or once ``held[k]`` (an event) is set."""
 
-    def __init__(self, delays: dict[int, float] | None = None) -> None:
-        self.delays = delays or {}
+    def __init__(self, held: dict[int, threading.Event] | None = None) -> None:
+        self.held = held or {}
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.arrived: list[tuple[int, float]] = []  # (rid, when)
@@ -52,8 +53,13 @@ class _ScriptedPeer:
                 del buf[: HEADER.size + length]
                 k = len(self.arrived)
                 self.arrived.append((rid, time.monotonic()))
-                delay = self.delays.get(k, 0.0)
-                threading.Timer(delay, lambda rid=rid: conn.sendall(encode_reply(rid, OK, b"\x80\x05N."))).start()
+                threading.Thread(target=self._reply, args=(conn, rid, self.held.get(k)), daemon=True).start()
+
+    @staticmethod
+    def _reply(conn: socket.socket, rid: int, held: threading.Event | None) -> None:
+        if held is not None:
+            held.wait(30)
+        conn.sendall(encode_reply(rid, OK, b"\x80\x05N."))
 
     def close(self) -> None:
         self.listener.close()
@@ -61,21 +67,32 @@ class _ScriptedPeer:
             self._conn.close()
 
 
+#: How long the waiter below may wait: far longer than a filed reply takes to wake it.
+WAIT_S = 10.0
+
+
 @pytest.mark.timeout(30)
 def test_a_reply_read_for_another_thread_wakes_it_while_the_reader_still_waits():
-    peer = _ScriptedPeer({0: 4.0})  # the first request (a long poll) is answered late
+    late = threading.Event()
+    peer = _ScriptedPeer({0: late})  # the first request (a long poll) is answered when the test says
     conn = LaneConnection("127.0.0.1", peer.port, b"s" * SECRET_BYTES, loss_timeout_s=30)
     try:
         slow = conn.send("fetch_outcomes", (b"", 0, 10.0), wait_s=10.0)
         reader = threading.Thread(target=conn.wait, args=(slow, None), daemon=True)
         reader.start()
-        time.sleep(0.3)  # the first thread is the reader now, waiting on the slow reply
+        wait_until(lambda: conn._reading, timeout_s=10)  # the reader, waiting on the slow reply
         quick = conn.send("put_batch", (b"x",))
+        # Its reply comes at once, read by the other thread, while the reader's own reply is
+        # held back: a waiter not woken when its reply is filed sleeps to its deadline.
         started = time.monotonic()
-        conn.wait(quick, None)  # its reply comes at once, read by the other thread
-        assert time.monotonic() - started < 2.0, "woken only when the reader's own reply came"
+        conn.wait(quick, started + WAIT_S)
+        assert time.monotonic() - started < WAIT_S / 2, "woken only when its wait ran out"
+        assert reader.is_alive()  # still reading: the slow reply is still held
+        late.set()
         reader.join(10)
+        assert not reader.is_alive()
     finally:
+        late.set()
         conn.close()
         peer.close()
 

@@ -13,18 +13,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
-from distributed import Client, LocalCluster
 
 from daskqueue import ConsumerPool, QueuePool
-from tests.helpers import wait_until
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import WorkerJobs, job_of, wait_until
 
 
 def slow_identity(x):
@@ -35,33 +30,10 @@ def slow_identity(x):
 
 @pytest.fixture
 def jobs():
-    """Start ``n`` worker jobs (nanny + worker, each job its own process group) on a fresh
-    in-process scheduler: ``(client, [Popen])``. Every job still alive is killed after the test."""
-    made: list[tuple[LocalCluster, Client, list[subprocess.Popen]]] = []
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-    def start(n: int) -> tuple[Client, list[subprocess.Popen]]:
-        cluster = LocalCluster(n_workers=0, dashboard_address=":0", host="127.0.0.1")
-        client = Client(cluster)
-        procs = [
-            subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
-                              "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
-                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
-            for _ in range(n)
-        ]
-        made.append((cluster, client, procs))
-        client.wait_for_workers(n, timeout=120)
-        return client, procs
-
-    yield start
-    for cluster, client, procs in reversed(made):
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait(timeout=30)
-        client.close(timeout=10)
-        cluster.close(timeout=10)
+    """``start(n)``: ``n`` worker jobs on a fresh scheduler (see ``WorkerJobs``)."""
+    made = WorkerJobs()
+    yield made.start
+    made.close()
 
 
 @pytest.mark.timeout(240)
@@ -90,8 +62,7 @@ def test_a_job_killed_mid_map_with_no_replacement_does_not_hang_the_map(jobs, tm
         assert "error" not in out, out.get("error")
         # The job of the worker holding the last queue: its nanny and worker, by process group.
         victim = qp.queues[n - 1]._address
-        pids = client.run(os.getpid)
-        [job] = [p for p in procs if p.pid == os.getpgid(pids[victim])]
+        job = job_of(client, procs, victim)
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(timeout=30)
         mapper.join(timeout=120)

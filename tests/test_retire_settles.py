@@ -92,8 +92,8 @@ async def _settle_while_told_of_the_move(old_ref: Any, new_ref: Any) -> str:
 
 
 @pytest.mark.timeout(120)
-def test_a_call_that_reaches_a_freed_actor_after_the_move_is_made_again_at_the_successor(cluster_factory):
-    cluster, client = cluster_factory(2)
+def test_a_call_that_reaches_a_freed_actor_after_the_move_is_made_again_at_the_successor(client):
+    """On the session's cluster: it kills and retires nothing."""
     # Asked of the scheduler directly: ``client.scheduler_info()`` may answer from a cache
     # that the client's periodic refresh leaves without workers.
     here, there = sorted(client.sync(client.scheduler.identity, n_workers=-1)["workers"])

@@ -17,17 +17,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from daskqueue import ConsumerPool, QueuePool
-from tests.helpers import wait_until
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import WorkerJobs, job_of, wait_until
 
 #: Well under the 20-25 s a call to a dead worker may wait, and well over what close takes.
 BOUND_S = 8.0
@@ -35,40 +31,11 @@ BOUND_S = 8.0
 
 @pytest.fixture
 def jobs():
-    """``start(n)``: a scheduler and ``n`` worker jobs (each its own process group, with a
-    nanny); returns the client and the jobs' ``Popen``s. Everything is killed afterwards."""
-    made: list[tuple[LocalCluster, Client, list[subprocess.Popen]]] = []
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-    def start(n: int) -> tuple[Client, list[subprocess.Popen]]:
-        cluster = LocalCluster(n_workers=0, dashboard_address=":0", host="127.0.0.1")
-        client = Client(cluster)
-        procs = [
-            subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
-                              "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
-                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
-            for _ in range(n)
-        ]
-        made.append((cluster, client, procs))
-        client.wait_for_workers(n, timeout=60)
-        return client, procs
-
-    yield start
-    for cluster, client, procs in reversed(made):
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait(timeout=30)
-        client.close(timeout=10)
-        cluster.close(timeout=10)
-
-
-def _job_of(client: Client, procs: list[subprocess.Popen], address: str) -> subprocess.Popen:
-    """The job (nanny and worker, one process group) of the worker at ``address``."""
-    pid = client.run(os.getpid, workers=[address])[address]
-    [job] = [p for p in procs if p.pid == os.getpgid(pid)]
-    return job
+    """``start(n)``: a scheduler and ``n`` worker jobs (see ``WorkerJobs``); returns the
+    client and the jobs' ``Popen``s. Everything is killed afterwards."""
+    made = WorkerJobs()
+    yield made.start
+    made.close()
 
 
 def _pools(client: Client) -> tuple[QueuePool, ConsumerPool, str]:
@@ -94,7 +61,7 @@ def _alarming(records: list[logging.LogRecord]) -> list[str]:
 def test_closing_a_consumer_pool_right_after_a_worker_died_skips_its_consumer_and_warns_of_nothing(jobs, caplog):
     client, procs = jobs(2)
     qp, cp, victim = _pools(client)
-    job = _job_of(client, procs, victim)
+    job = job_of(client, procs, victim)
     try:
         caplog.clear()
         with caplog.at_level(logging.INFO):
@@ -121,7 +88,7 @@ def test_a_consumer_pool_made_right_after_a_worker_died_starts_on_the_others_wit
     qp = QueuePool(client, 2)
     victim = qp.queues[1]._address
     [survivor] = {h._address for h in qp.queues} - {victim}
-    job = _job_of(client, procs, victim)
+    job = job_of(client, procs, victim)
     cp = None
     try:
         os.killpg(job.pid, signal.SIGKILL)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from daskqueue import ConsumerPool, QueuePool
-from tests import tasks
+from tests import gate_tasks
 from tests.helpers import kill_worker, wait_until
 
 
@@ -28,7 +28,7 @@ def _waiting_polls(client, queue_address: str) -> int:
 
 
 @pytest.mark.timeout(240)
-def test_a_message_taken_back_from_a_killed_worker_does_not_go_to_its_dead_poll(cluster_factory):
+def test_a_message_taken_back_from_a_killed_worker_does_not_go_to_its_dead_poll(cluster_factory, tmp_path):
     cluster, client = cluster_factory(3)
     qp = QueuePool(client, 1, lease_timeout_s=120)  # far longer than the wait: only the loss brings it back
     cp = ConsumerPool(client, qp, n_consumers=2, isolation="thread", idle_poll_s=60)
@@ -40,11 +40,16 @@ def test_a_message_taken_back_from_a_killed_worker_does_not_go_to_its_dead_poll(
     for i, c in enumerate(consumers):
         if i != k:  # the victim's poll is then the only one in the queue when the message is back
             c.stop().result(timeout=30)
-    task_id = qp.submit(tasks.sleep_then, 7, 3.0)
+    # The task runs until the test releases it: the victim dies running it.
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    task_id = qp.submit(gate_tasks.run_until_released, 7, started, release)
     wait_until(lambda: cp.stats()[k].inflight_items == 1, timeout_s=60, interval_s=0.05)
     # Running its task, the victim polls for the next batch (prefetch): that poll waits now.
     wait_until(lambda: _waiting_polls(client, queue_address) == 1, timeout_s=30, interval_s=0.05)
     kill_worker(client, victim)
+    wait_until(lambda: qp.stats()[0].total_worker_lost == 1, timeout_s=60, interval_s=0.05)
+    with open(release, "w"):
+        pass
     assert cp.result(task_id, timeout=60) == 7  # run again by the consumer that replaces it
     stats = qp.stats()[0]
     assert stats.total_worker_lost == 1

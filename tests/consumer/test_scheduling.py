@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from daskqueue.errors import ConfigurationError
-from tests import tasks
+from tests import gate_tasks, tasks
 from tests.helpers import wait_until
 
 
@@ -63,21 +63,29 @@ def test_scheduler_settings_are_validated(client):
 
 
 @pytest.mark.parametrize("isolation", ["thread", "process"])
-def test_a_reserved_slot_starts_an_urgent_task_while_every_other_slot_is_busy(pools, isolation):
+def test_a_reserved_slot_starts_an_urgent_task_while_every_other_slot_is_busy(pools, isolation, tmp_path):
     import time
 
     qp = pools.queue(1)
     cp = pools.consumer(qp, n_consumers=1, batch_size=1, reserved_slots=1, isolation=isolation)
     cp.start()
-    long_ids = qp.batch_submit([(tasks.timed_sleep, i, 1.5) for i in range(3)])
+    # Long tasks: each runs until the test releases them (at most 60 s).
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    long_ids = qp.batch_submit([(gate_tasks.run_until_released, i, started, release) for i in range(3)])
     # The only ordinary slot runs a long task.
-    wait_until(lambda: cp.stats()[0].busy_slots >= 1, timeout_s=30)
+    wait_until(lambda: gate_tasks.lines(started) and cp.stats()[0].busy_slots >= 1, timeout_s=30)
     submitted = time.time()
     urgent = qp.submit(tasks.timed_sleep, "urgent", 0.0, dq_priority=1)
-    _, started, _ = cp.result(urgent, timeout=30)
-    assert started - submitted < 1.0  # not behind 4.5 s of long tasks on the only other slot
+    # It runs while the ordinary slot still holds a long task that cannot end yet: it is
+    # not behind the long tasks. (Seconds, not a fraction: a loaded machine is slow to
+    # deliver, but no wait of the consumer's is that long: its idle poll is 1 s.)
+    _, urgent_started, _ = cp.result(urgent, timeout=30)
+    assert urgent_started - submitted < 5.0
+    assert gate_tasks.lines(started) == ["0"]
+    with open(release, "w"):
+        pass
     cp.join(timeout=60)
-    assert sorted(cp.results()[i][0] for i in long_ids) == [0, 1, 2]
+    assert sorted(cp.results()[i] for i in long_ids) == [0, 1, 2]
 
 
 def test_messages_of_one_key_run_one_at_a_time_in_order_while_keys_run_in_parallel(pools):

@@ -1,13 +1,13 @@
-"""Walltime-aware consumers on a real cluster: a worker started with ``--lifetime`` (as
+"""Walltime-aware consumers on a real cluster: a worker with a lifetime (``--lifetime``, as
 dask-jobqueue starts them) stops taking work it cannot finish before it leaves, its queue is
 handed off when it retires, and no task runs twice or is lost."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
-import subprocess
-import sys
+import os
 
 import psutil
 import pytest
@@ -15,7 +15,6 @@ import pytest
 from daskqueue import ConsumerPool, QueuePool, defaults
 from daskqueue.consumer.leaving import lifetime_timer
 from tests import walltime_tasks
-from tests.helpers import wait_until
 
 TASK_S = 2.5
 MARGIN_S = 1.0  # the consumers keep defaults.WALLTIME_MARGIN_S (2 s); 1 s of it for slack
@@ -25,22 +24,23 @@ LIFETIME_S = 10.0
 
 @pytest.fixture
 def lifetime_worker(cluster_factory):
-    """A cluster of two plain workers, plus one ``dask worker --lifetime`` process (a lifetime
-    no setup outlasts: the test moves its end, see ``_lifetime_from_now``).
+    """A cluster of two plain workers, plus one named "leaving" with a ``lifetime`` (as
+    dask-jobqueue starts its workers with ``--lifetime``; a lifetime no setup outlasts: the
+    test moves its end, see ``_lifetime_from_now``). It is added to the cluster's spec, so
+    that its worker process forks from the suite's warm forkserver (a ``dask worker``
+    process and the worker it spawns imported Dask twice: ~5 s of the test's start on a
+    loaded machine); nothing restarts it once it leaves (the cluster only starts workers
+    when it is scaled).
 
     Two plain ones, not one: the work left when the leaving one stops runs on both, half the
     test's time (the leaving one's share, and so what the test checks, stays the same)."""
     cluster, client = cluster_factory(2)
-    proc = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
-                             "--nthreads", "1", "--lifetime", "600s", "--no-dashboard", "--name", "leaving"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        client.wait_for_workers(3, timeout=60)
-        yield cluster, client, proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
+    spec = copy.deepcopy(cluster.new_spec)
+    spec["options"].update(name="leaving", lifetime="600s")
+    cluster.worker_spec["leaving"] = spec
+    cluster.sync(cluster._correct_state)
+    client.wait_for_workers(3, timeout=60)
+    return cluster, client
 
 
 @pytest.mark.timeout(240)
@@ -49,8 +49,9 @@ def test_a_worker_reaching_its_lifetime_takes_no_task_it_cannot_finish(lifetime_
     # off and runs again elsewhere (as one longer than the default 12 s would be, or any at a
     # SLURM job's hard end). So nothing may be running when the worker's lifetime ends.
     monkeypatch.setattr(defaults, "RETIRE_STOP_TIMEOUT_S", 0.5)
-    cluster, client, proc = lifetime_worker
+    cluster, client = lifetime_worker
     leaving = next(a for a, w in client.scheduler_info()["workers"].items() if w["name"] == "leaving")
+    worker = psutil.Process(client.run(os.getpid, workers=[leaving])[leaving])
     qp = QueuePool(client, 2)  # transient: only a graceful hand-off keeps the leaving one's messages
     cp = ConsumerPool(client, qp)
     # The lifetime ends LIFETIME_S after this, as the consumers (they read it as they start)
@@ -60,8 +61,8 @@ def test_a_worker_reaching_its_lifetime_takes_no_task_it_cannot_finish(lifetime_
     ends_at = client.run(_lifetime_from_now, LIFETIME_S, workers=[leaving])[leaving]
     assert ends_at is not None
     cp.start()
-    # The leaving worker's processes (its nanny, the worker, a consumer's child process).
-    leaving_pids = {proc.pid} | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+    # The leaving worker's processes (the worker, a consumer's child process).
+    leaving_pids = {worker.pid} | {p.pid for p in worker.children(recursive=True)}
     log = tmp_path / "runs.log"
     # Without the walltime, the leaving worker is always in the middle of a 2.5 s task when
     # its lifetime ends (the work outlasts it); with it, it runs its last one to its end well
@@ -72,7 +73,7 @@ def test_a_worker_reaching_its_lifetime_takes_no_task_it_cannot_finish(lifetime_
 
     assert out == list(range(n))
     assert cp.failures() == {}
-    wait_until(lambda: proc.poll() is not None, timeout_s=30)  # it left, as its lifetime said
+    worker.wait(timeout=30)  # it left, as its lifetime said
     assert leaving not in client.scheduler_info()["workers"]
     starts = walltime_tasks.starts(log)
     assert sorted(starts) == list(range(n))
