@@ -181,6 +181,7 @@ class Follower(StartsMixin):
         calls to it wait meanwhile."""
         if not self.placeable_for(q):
             self._rest(q, None)
+            registry.register_pool(self.pool)  # says it rests (attached handles wait for it)
             self.want([q])  # it was lost, not let go idle: it may hold work
             logger.warning("queue %d of %r: no worker can take it now; reopening it when one joins", q, self.pool)
             return

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from daskqueue import defaults
+from daskqueue import defaults, registry
 from daskqueue.errors import QueueLostError
 from daskqueue.queue.handles import call_all
 from daskqueue.queue.successors import Start, Submitted
@@ -100,6 +100,7 @@ class StartsMixin:
                            "it elsewhere", q, self.pool, ", ".join(sorted(bound)))
             if start.state is not None or q in self.table.resting:
                 self._rest(q, start.state)
+                registry.register_pool(self.pool)
                 rested = True
             else:
                 self.reopen(q)
@@ -117,6 +118,7 @@ class StartsMixin:
             start.future.release()
             if start.state is not None or q in self.table.resting:
                 self._rest(q, start.state)  # waits for another worker
+                registry.register_pool(self.pool)
                 logger.warning("queue %d: its successor failed (%s); it waits for another worker", q, e)
             else:
                 logger.error("queue %d could not be reopened (%s); it stays lost", q, e)
