@@ -41,7 +41,7 @@ __all__ = [
     "ConfigurationError", "NotATaskConsumerError", "InvalidTaskError", "SerializationError", "PayloadTooLargeError",
     "FieldTooLongError",
     # the queue's state
-    "QueueClosedError", "PoolClosedError", "QueueLostError", "QueueMovedError", "QueueHandedOffError",
+    "QueueClosedError", "ActorReleasedError", "PoolClosedError", "QueueLostError", "QueueMovedError", "QueueHandedOffError",
     "SchedulerLostError", "NoConsumersError", "NoWorkerError", "KilledWorkerError", "QueueEmpty",
     "TimeLimitExceeded", "LeaseExpiredError", "UnknownFunctionsError", "PackedGroupRefusedError",
     # waiting
@@ -116,6 +116,14 @@ class FieldTooLongError(ConfigurationError):
 
 class QueueClosedError(DaskQueueError):
     """The queue or pool was closed; it accepts no more calls."""
+
+
+class ActorReleasedError(QueueClosedError):
+    """A call reached the worker of a queue actor after the worker released that actor (its
+    pool closed it, removed its queue, or moved the queue on and freed the old actor).
+    Nothing of the call ran. The pool reads it as a hand-off when it knows the queue moved
+    away from that actor, and asks again where the queue is now; a user sees it only for a
+    queue that was closed or removed."""
 
 
 class PoolClosedError(QueueClosedError):

@@ -14,8 +14,7 @@ from typing import Any, Callable, Generator
 from distributed.actor import Actor
 from distributed.protocol import to_serialize
 
-from daskqueue.errors import QueueClosedError
-from daskqueue.queue.handles import ActorReleasedError
+from daskqueue.errors import ActorReleasedError
 from daskqueue.queue.lane import LANE_HOLD_PUT_BYTES, LANE_MAX_PUT_BYTES, LaneClient, LaneFuture, lane_allowed
 from daskqueue.queue.lane_wire import METHOD_CODES
 

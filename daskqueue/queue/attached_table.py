@@ -23,8 +23,7 @@ import time
 from typing import Any
 
 from daskqueue import defaults
-from daskqueue.errors import PoolClosedError, QueueClosedError, QueueHandedOffError, QueueLostError
-from daskqueue.queue.handles import ActorReleasedError
+from daskqueue.errors import ActorReleasedError, PoolClosedError, QueueClosedError, QueueHandedOffError, QueueLostError
 from daskqueue.queue.loop_queue import LoopQueue
 from daskqueue.queue.table import Pending, QueueTable
 
@@ -152,13 +151,7 @@ class HandleTable(QueueTable):
 
     def _removed_by_owner(self, q: int) -> bool:
         """Whether the registry lists queue ``q`` as removed by the pool's owner."""
-        if self.removed_by_owner is None:
-            return False
-        try:
-            return bool(self.removed_by_owner(q))
-        except Exception as e:  # the registry is for finding pools: the caller's error stands
-            logger.debug("queue %d: registry not read: %s", q, e)
-            return False
+        return _registry_says(self.removed_by_owner, q)
 
     def gone(self, q: int, handle: Any) -> bool:
         """Also asks the registry (while a call waits, once a slice): a call in flight when
@@ -232,10 +225,16 @@ class HandleTable(QueueTable):
 
     def _resting_by_owner(self, q: int) -> bool:
         """Whether the registry lists queue ``q`` as resting in the owner's client."""
-        if self.resting_by_owner is None:
-            return False
-        try:
-            return bool(self.resting_by_owner(q))
-        except Exception as e:  # the registry is for finding pools: the caller's error stands
-            logger.debug("queue %d: registry not read: %s", q, e)
-            return False
+        return _registry_says(self.resting_by_owner, q)
+
+
+def _registry_says(ask: Any, q: int) -> bool:
+    """``ask(q)``, a question to the registry about queue ``q``; False without one, or when
+    the registry is not read (it is for finding pools: the caller's error stands)."""
+    if ask is None:
+        return False
+    try:
+        return bool(ask(q))
+    except Exception as e:
+        logger.debug("queue %d: registry not read: %s", q, e)
+        return False

@@ -22,8 +22,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from daskqueue.errors import QueueClosedError
-
 __all__ = [
     "DirectActor",
     "WorkerActor",
@@ -35,21 +33,11 @@ __all__ = [
     "call_all",
     "free_actor",
     "released_actor",
-    "ActorReleasedError",
     "LOST_CHECK_S",
     "ORPHAN_CHECK_S",
     "bind_local",
     "queue_identity",
 ]
-
-
-class ActorReleasedError(QueueClosedError):
-    """A call reached the worker of a queue actor after the worker released that actor (its
-    pool closed it, removed its queue, or moved the queue on and freed the old actor).
-    Nothing of the call ran. The queue table reads it as a hand-off when it knows the queue
-    moved away from that actor, so the caller asks again where the queue is now."""
-
-logger = logging.getLogger("daskqueue")
 
 
 def __getattr__(name: str) -> Any:

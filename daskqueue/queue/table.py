@@ -17,6 +17,7 @@ from typing import Any, Callable, NamedTuple
 
 from daskqueue import defaults
 from daskqueue.errors import (
+    ActorReleasedError,
     NoWorkerError,
     QueueCallTimeoutError,
     QueueHandedOffError,
@@ -24,7 +25,7 @@ from daskqueue.errors import (
     QueueMovedError,
     SchedulerLostError,
 )
-from daskqueue.queue.handles import LOST_CHECK_S, ActorReleasedError, actor_lost, is_lost_worker
+from daskqueue.queue.handles import LOST_CHECK_S, actor_lost, is_lost_worker
 from daskqueue.serialize import SentFunctions
 
 __all__ = ["QueueTable", "Pending", "deadline_after"]
