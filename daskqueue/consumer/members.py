@@ -21,7 +21,7 @@ import cloudpickle
 from distributed import Client
 
 from daskqueue import defaults
-from daskqueue.queue.gone_workers import LOSS_ASK_TIMEOUT_S, LOSS_CHECK_S, TIMEOUTS, is_done
+from daskqueue.queue.gone_workers import LOSS_ASK_TIMEOUT_S, LOSS_CHECK_S, TIMEOUTS, ask_alive, caller
 from daskqueue.queue.handles import call_all, free_actor, queue_ref
 from daskqueue.scheduler_query import scheduler_workers
 
@@ -106,57 +106,33 @@ class Members:
         if look_first:
             found = self._without_lost(members, gone)
             members, looking = members if found is None else found, found is not None
-        pending: dict[int, tuple[_Member, Any]] = {}
-        answers: dict[int, Any] = {}
-        errors: list[tuple[_Member, str]] = []
-        for m in members:
-            try:
-                pending[m.index] = (m, getattr(m.handle, method)(*(args if args_of is None else args_of(m))))
-            except Exception as e:  # e.g. Dask already knows the actor lost
-                errors.append((m, f"{_name(m)}: {type(e).__name__}: {e}"))
-        next_look = time.monotonic() + LOSS_CHECK_S if looking else deadline
-        while pending:
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            if now >= next_look:
-                alive = self._without_lost([m for m, _ in pending.values()], gone)
-                if alive is not None:
-                    pending = {m.index: pending[m.index] for m in alive}
-                next_look = time.monotonic() + LOSS_CHECK_S if alive is not None else deadline
-                continue
-            index = next(iter(pending))
-            m, future = pending[index]
-            try:
-                answers[index] = future.result(timeout=max(0.001, min(deadline, next_look) - now))
-            except TIMEOUTS:
-                if not is_done(future):
-                    continue  # not answered yet: look whether its worker is still there
-                errors.append((m, f"{_name(m)}: no answer to {method}"))
-            except Exception as e:
-                errors.append((m, f"{_name(m)}: {type(e).__name__}: {e}"))
-            del pending[index]
-        errors += [(m, f"{_name(m)}: no answer to {method} within {timeout_s:g} s") for m, _ in pending.values()]
-        if errors and looking:  # a call to a worker that had just died fails at once (its connection reset)
-            self._without_lost([m for m, _ in errors], gone)
-        return answers, [text for m, text in errors if m.address not in gone]
+        calls = [(m.index, _name(m), m.address, caller(m.handle, method, args if args_of is None else args_of(m)))
+                 for m in members]
+        return ask_alive(calls, method, deadline=deadline, timeout_s=timeout_s, gone=gone, looking=looking,
+                         look=lambda addresses: self._look(addresses, gone))
 
     def _without_lost(self, members: list[_Member], gone: set[str]) -> list[_Member] | None:
         """``members`` but those whose worker the scheduler no longer has (None: it did not
-        answer); tell the other consumers of the pool of workers newly found gone (added to
-        ``gone``), queues' too."""
-        alive = self._scheduler_workers()
-        if alive is None:
+        answer); see :meth:`_look`."""
+        if not self._look([m.address for m in members], gone):
             return None
-        places = {m.address for m in members} | {r[1] for r in self.queue_pool.queue_refs() if r is not None}
-        new = {a for a in places if a and a not in alive and a not in gone}
-        if not new:
-            return members
-        gone |= new
-        staying = [m for m in members if m.address not in gone]
         for m in members:
             if m.address in gone:
                 logger.info("consumer %d: its worker %s is gone; not waited for", m.index, m.address)
+        return [m for m in members if m.address not in gone]
+
+    def _look(self, addresses: list[str], gone: set[str]) -> bool:
+        """Add to ``gone`` those of ``addresses`` (and of the queues' workers) the scheduler no
+        longer has, and tell the other consumers of the pool of workers newly found gone;
+        whether the scheduler answered."""
+        alive = self._scheduler_workers()
+        if alive is None:
+            return False
+        places = set(addresses) | {r[1] for r in self.queue_pool.queue_refs() if r is not None}
+        new = {a for a in places if a and a not in alive and a not in gone}
+        if not new:
+            return True
+        gone |= new
         with self.lock:
             told = [m for m in self.members if m.address not in gone and m.future.status == "finished"]
         for m in told:
@@ -164,7 +140,7 @@ class Members:
                 m.handle.workers_lost(sorted(gone))
             except Exception as e:
                 logger.debug("%s: not told of lost workers: %s: %s", _name(m), type(e).__name__, e)
-        return staying
+        return True
 
     def _scheduler_workers(self) -> set[str] | None:
         """The workers the scheduler has now (None: it did not answer in time)."""

@@ -6,7 +6,8 @@ it, or dropping the change it had not reacted to): a call to the queue there fai
 (its connection reset), or, needing a new connection to the dead address, waits out its whole
 deadline. So the scheduler is asked first, and again every ``LOSS_CHECK_S`` while an answer is
 awaited; a scheduler that does not answer leaves the wait bounded by the caller's deadline
-alone. The consumer pool's side is :meth:`daskqueue.consumer.members.Members.ask_all`.
+alone. :func:`ask_alive` is the wait itself, which the consumer pool's
+:meth:`daskqueue.consumer.members.Members.ask_all` shares.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from daskqueue.scheduler_query import scheduler_workers
 
-__all__ = ["call_alive", "is_done", "LOSS_CHECK_S", "LOSS_ASK_TIMEOUT_S", "LOSS_CONFIRM_S", "TIMEOUTS"]
+__all__ = ["call_alive", "ask_alive", "caller", "is_done", "LOSS_CHECK_S", "LOSS_ASK_TIMEOUT_S", "LOSS_CONFIRM_S", "TIMEOUTS"]
 
 logger = logging.getLogger("daskqueue")
+
+K = TypeVar("K")
 
 #: How often a wait for answers (here, and the consumer pool's) asks the scheduler whether a
 #: target's worker died meanwhile, and how long that question may take.
@@ -42,74 +45,99 @@ def call_alive(client: Any, targets: list[tuple[str, Any]], method: str, *args: 
     """Call ``method(*args)`` on every ``(name, handle)`` concurrently, within one deadline of
     ``timeout_s``, but on those whose worker (``handle._address``) the scheduler of ``client``
     no longer has; never raises. Returns the failures, as text naming the target; a target
-    found gone is logged (at INFO), not a failure, also when its call failed at once (the
-    worker had just died: the scheduler is asked again for up to ``LOSS_CONFIRM_S`` while
-    it still lists a worker that could not be reached, as it learns of a death a moment after)."""
+    found gone is logged (at INFO), not a failure (see :func:`ask_alive`)."""
     deadline = time.monotonic() + timeout_s
     gone: set[str] = set()
-    looking = _look(client, targets, gone)  # until the scheduler does not answer
-    pending: dict[str, tuple[Any, Any]] = {}
-    failed: list[tuple[Any, str, bool]] = []  # (handle, text, whether its worker could not be reached)
+    looking = _look(client, [h._address for _, h in targets], gone)  # until the scheduler does not answer
+    calls = []
     for name, handle in targets:
         if handle._address in gone:
             logger.info("%s: its worker %s is gone; not called", name, handle._address)
-            continue
+        else:
+            calls.append((name, name, handle._address, caller(handle, method, args)))
+    _, failed = ask_alive(calls, method, deadline=deadline, timeout_s=timeout_s, gone=gone, looking=looking,
+                          look=lambda addresses: _look(client, addresses, gone))
+    return failed
+
+
+def ask_alive(calls: list[tuple[K, str, str, Callable[[], Any]]], method: str, *, deadline: float,
+              timeout_s: float, gone: set[str], looking: bool,
+              look: Callable[[list[str]], bool]) -> tuple[dict[K, Any], list[str]]:
+    """Make every call of ``calls`` (``(key, name, worker address, call)``; a call returns a
+    future) and wait for their answers by ``deadline`` (monotonic; ``timeout_s`` is how the
+    failures name it). Returns the answers by key and the failures, as text naming the target.
+
+    While ``looking``, every ``LOSS_CHECK_S`` ``look(addresses)`` adds to ``gone`` those
+    workers the scheduler no longer has (False: it did not answer; the deadline alone bounds
+    the wait from then on): a call to a worker in ``gone`` is not waited for, and is logged,
+    not a failure, also when it failed at once (a worker that had just died: its connection
+    reset, and the scheduler learns of the death a moment after, so it is asked again for up
+    to ``LOSS_CONFIRM_S`` while it still lists a worker that could not be reached)."""
+    pending: dict[K, tuple[str, str, Any]] = {}
+    answers: dict[K, Any] = {}
+    failed: list[tuple[str, str, bool]] = []  # (address, text, whether the worker could not be reached)
+    for key, name, address, call in calls:
         try:
-            pending[name] = handle, getattr(handle, method)(*args)
+            pending[key] = name, address, call()
         except Exception as e:  # e.g. Dask already knows the actor lost
-            failed.append((handle, f"{name}: {type(e).__name__}: {e}", isinstance(e, OSError)))
+            failed.append((address, f"{name}: {type(e).__name__}: {e}", isinstance(e, OSError)))
     next_look = time.monotonic() + LOSS_CHECK_S if looking else deadline
     while pending:
         now = time.monotonic()
         if now >= deadline:
             break
         if now >= next_look:
-            looking = _look(client, [(n, h) for n, (h, _) in pending.items()], gone)
-            for n in [n for n, (h, _) in pending.items() if h._address in gone]:
-                logger.info("%s: its worker %s is gone; not waited for", n, pending.pop(n)[0]._address)
+            looking = look([a for _, a, _ in pending.values()])
+            for key in [k for k, (_, a, _) in pending.items() if a in gone]:
+                name, address, _ = pending.pop(key)
+                logger.info("%s: its worker %s is gone; not waited for", name, address)
             next_look = time.monotonic() + LOSS_CHECK_S if looking else deadline
             continue
-        name = next(iter(pending))
-        handle, future = pending[name]
+        key = next(iter(pending))
+        name, address, future = pending[key]
         try:
-            future.result(timeout=max(0.001, min(deadline, next_look) - now))
+            answers[key] = future.result(timeout=max(0.001, min(deadline, next_look) - now))
         except TIMEOUTS:
             if not is_done(future):
                 continue  # not answered yet: look whether its worker is still there
-            failed.append((handle, f"{name}: no answer to {method}", False))
+            failed.append((address, f"{name}: no answer to {method}", False))
         except Exception as e:
-            failed.append((handle, f"{name}: {type(e).__name__}: {e}", isinstance(e, OSError)))
-        del pending[name]
-    failed += [(h, f"{name}: no answer to {method} within {timeout_s:g} s", False)
-               for name, (h, _) in pending.items()]
+            failed.append((address, f"{name}: {type(e).__name__}: {e}", isinstance(e, OSError)))
+        del pending[key]
+    failed += [(a, f"{name}: no answer to {method} within {timeout_s:g} s", False) for name, a, _ in pending.values()]
     if failed and looking:
-        _confirm(client, failed, gone, until=min(deadline, time.monotonic() + LOSS_CONFIRM_S))
-    for h, text, _ in failed:
-        if h._address in gone:
+        _confirm(look, failed, gone, until=min(deadline, time.monotonic() + LOSS_CONFIRM_S))
+    for address, text, _ in failed:
+        if address in gone:
             logger.info("%s (its worker is gone)", text)
-    return [text for h, text, _ in failed if h._address not in gone]
+    return answers, [text for address, text, _ in failed if address not in gone]
 
 
-def _confirm(client: Any, failed: list[tuple[Any, str, bool]], gone: set[str], *, until: float) -> None:
+def caller(handle: Any, method: str, args: tuple[Any, ...]) -> Callable[[], Any]:
+    """A call of ``handle.method(*args)`` to make later (the method is looked up then too: an
+    actor handle may raise there, its actor known lost)."""
+    return lambda: getattr(handle, method)(*args)
+
+
+def _confirm(look: Callable[[list[str]], bool], failed: list[tuple[str, str, bool]], gone: set[str], *,
+             until: float) -> None:
     """Ask the scheduler which workers of ``failed`` are gone; while it still lists one that
-    could not be reached (a call to a worker that had just died fails at once: its connection
-    reset, and the scheduler learns of the death a moment after), again every ``LOSS_CHECK_S``
-    up to ``until`` (monotonic)."""
-    targets = [(text, h) for h, text, _ in failed]
-    while _look(client, targets, gone) and time.monotonic() + LOSS_CHECK_S < until:
-        if not any(unreachable and h._address not in gone for h, _, unreachable in failed):
+    could not be reached, again every ``LOSS_CHECK_S`` up to ``until`` (monotonic)."""
+    addresses = [a for a, _, _ in failed]
+    while look(addresses) and time.monotonic() + LOSS_CHECK_S < until:
+        if not any(unreachable and a not in gone for a, _, unreachable in failed):
             return
         time.sleep(LOSS_CHECK_S)
 
 
-def _look(client: Any, targets: list[tuple[str, Any]], gone: set[str]) -> bool:
-    """Add to ``gone`` the workers of ``targets`` the scheduler no longer has; whether it answered."""
+def _look(client: Any, addresses: list[str], gone: set[str]) -> bool:
+    """Add to ``gone`` those of ``addresses`` the scheduler no longer has; whether it answered."""
     try:
         alive = set(scheduler_workers(client, timeout_s=LOSS_ASK_TIMEOUT_S))
     except Exception as e:
         logger.debug("the scheduler's workers not read: %s: %s", type(e).__name__, e)
         return False
-    gone |= {h._address for _, h in targets if h._address not in alive}
+    gone |= {a for a in addresses if a not in alive}
     return True
 
 
