@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from daskqueue.errors import RemoteTaskError
 from daskqueue.results import MapClaim
@@ -96,7 +96,7 @@ class StreamWindow:
     """The state of one stream: its input, window, chunks in input order, counters. Pure:
     ``send`` and ``release`` are the stream's calls out (put a chunk; let a chunk go)."""
 
-    items: Iterator[Any] | range | list[Any] | tuple[Any, ...]  # the input (see ``fill``)
+    items: Iterable[Any]  # the input (see ``__post_init__``)
     window: int
     chunk: int
     timeout_s: float | None
@@ -119,13 +119,17 @@ class StreamWindow:
             return self.put - self.yielded
         return sum(c.n for c in self.chunks)
 
+    def __post_init__(self) -> None:
+        # A ``range``, list or tuple input is sliced (a range's slice is a range: nothing is
+        # built per item here); any other is pulled item by item.
+        self._sliced = type(self.items) in SLICED_INPUTS
+        if not self._sliced:
+            self.items = iter(self.items)
+
     def fill(self) -> None:
-        """Put chunks while they fit in the window and the input lasts. A ``range``, list or
-        tuple input is sliced (a range's slice is a range: nothing is built per item here);
-        any other is pulled item by item."""
-        sliced = type(self.items) in SLICED_INPUTS
+        """Put chunks while they fit in the window and the input lasts."""
         while not self.exhausted and self.window - self.in_flight() >= self.chunk:
-            if sliced:
+            if self._sliced:
                 items = self.items[self.put : self.put + self.chunk]  # type: ignore[index]
             else:
                 items = list(itertools.islice(self.items, self.chunk))

@@ -34,7 +34,7 @@ from daskqueue.queue.options import Eta
 from daskqueue.queue.router import waves
 from daskqueue.queue.stream_parts import (Results, Sends, is_lost, raise_in_input, runs_to_raise,
                                           unstored_positions)
-from daskqueue.queue.stream_window import SLICED_INPUTS, StreamClaim, StreamWindow
+from daskqueue.queue.stream_window import StreamClaim, StreamWindow
 from daskqueue.serialize import pickle_function
 from daskqueue.validate import check_number
 
@@ -161,8 +161,7 @@ class Streaming:
             sends.submit(claim, lambda: self._put_chunk(encoded, claim, options, offset, source))
             return claim
 
-        items = iterable if iterable.__class__ in SLICED_INPUTS else iter(iterable)  # (``type`` is an option here)
-        stream = StreamWindow(items, window, max(1, min(CHUNK_ROUNDS * round_size, window // 4)), timeout_s, errors,
+        stream = StreamWindow(iterable, window, max(1, min(CHUNK_ROUNDS * round_size, window // 4)), timeout_s, errors,
                          ordered, send, self.collector.release)
         return Results.over(self._run(stream, sends))
 
