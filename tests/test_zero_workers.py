@@ -75,8 +75,9 @@ def test_an_idle_pool_lets_adapt_retire_the_last_worker_and_its_outcomes_wait(cl
     wait_until(lambda: n_workers(client) == 0, timeout_s=30, interval_s=0.1)
     assert set(qp.table.resting) == {0, 1}
 
+    # Waking the pool starts a worker (the results are on it). Not asserted by counting the
+    # workers after: idle again, adapt (0.6 s here) may already have retired it (CI saw 0).
     assert [qp.result(i, timeout_s=60) for i in ids] == [2 * i for i in range(40)]  # wakes the pool
-    assert n_workers(client) == 1
     assert qp.map(tasks.double, range(20), timeout_s=60) == [2 * i for i in range(20)]
     assert cp.failures() == {}
     cp.close()

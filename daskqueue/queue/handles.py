@@ -39,6 +39,8 @@ __all__ = [
     "queue_identity",
 ]
 
+logger = logging.getLogger("daskqueue")
+
 
 def __getattr__(name: str) -> Any:
     """The handle classes, imported on first use (see :mod:`daskqueue.queue.actor_handles`)."""
