@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from daskqueue.errors import RemoteTaskError
-from daskqueue.messages import MAX_QUEUES, make_id
+from daskqueue.messages import id_range, make_id
 from daskqueue.stream_claim import StreamClaim, hand_over_parked
 
 #: A ``MapClaim`` of :mod:`daskqueue.results` (not imported: that module imports this one).
@@ -87,7 +87,7 @@ class ClaimsMixin:
         """Outcomes of messages ``first ..`` of queue ``q`` filed before ``claim`` go to it;
         how many."""
         got = 0
-        ids = range(make_id(q, first), make_id(q, first + count), MAX_QUEUES)
+        ids = id_range(q, first, count)
         results, failures, miss = self._results, self.failures, _MISS  # type: ignore[attr-defined]
         if results:
             found = [(k, v) for k, i in enumerate(ids) if (v := results.pop(i, miss)) is not miss]

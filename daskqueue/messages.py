@@ -13,25 +13,54 @@ __all__ = [
     "Task",
     "make_id",
     "split_id",
+    "id_range",
+    "queue_base",
     "encode_error",
     "decode_error",
     "killed_error",
     "QUEUE_INDEX_BITS",
+    "SEQ_BITS",
+    "MAX_QUEUES",
+    "MAX_SEQ",
 ]
 
-#: A message id is ``seq << QUEUE_INDEX_BITS | queue_index``: unique within a pool, unbounded.
+#: A message id is ``queue_base(queue_index) + seq``: unique within a pool. Consecutive
+#: messages of one queue have consecutive ids, and each queue's ids start at a base of its
+#: own, spread so that the ids of different queues fall on different slots of a hash table.
+#: (The layout before, ``seq << 16 | queue_index``, gave a dict or set of one batch's ids
+#: only 2**(k-16) distinct first slots out of 2**k: filing a million results in a dict cost
+#: 3.8 times as much as for consecutive ints, and every lookup of an id 3.2 times.)
+SEQ_BITS = 48
 QUEUE_INDEX_BITS = 16
 MAX_QUEUES = 1 << QUEUE_INDEX_BITS
+#: Seqs of one queue stay below this (1.4e14 messages in a queue's life).
+MAX_SEQ = 1 << 47
+_SPREAD_MASK = (1 << 46) - 1
+_GOLDEN = 0x9E3779B97F4A7C15  # odd: q -> q * _GOLDEN mod 2**k is one-to-one for every k
+
+
+def queue_base(queue_index: int) -> int:
+    """The id of seq 0 of queue ``queue_index``: the queue index above bit ``SEQ_BITS``,
+    plus a spread below it (0 for queue 0) that is at most 2**46, so ids of two queues
+    never meet."""
+    return (queue_index << SEQ_BITS) + (queue_index * _GOLDEN & _SPREAD_MASK)
 
 
 def make_id(queue_index: int, seq: int) -> int:
     """The pool-wide id of message ``seq`` of queue ``queue_index``."""
-    return (seq << QUEUE_INDEX_BITS) | queue_index
+    return (queue_index << SEQ_BITS) + (queue_index * _GOLDEN & _SPREAD_MASK) + seq
 
 
 def split_id(message_id: int) -> tuple[int, int]:
     """``(queue_index, seq)`` of a message id."""
-    return message_id & (MAX_QUEUES - 1), message_id >> QUEUE_INDEX_BITS
+    q = message_id >> SEQ_BITS
+    return q, message_id - (q << SEQ_BITS) - (q * _GOLDEN & _SPREAD_MASK)
+
+
+def id_range(queue_index: int, first_seq: int, count: int) -> range:
+    """The ids of messages ``first_seq .. first_seq + count`` of queue ``queue_index``."""
+    first = make_id(queue_index, first_seq)
+    return range(first, first + count)
 
 
 class Kind(IntEnum):

@@ -23,7 +23,7 @@ from daskqueue.claims import ClaimsMixin
 from daskqueue.dead_letter import DeadLetter, dead_letter_of
 from daskqueue.errors import RemoteTaskError, SerializationError
 from daskqueue.map_claim import MapClaim
-from daskqueue.messages import MAX_QUEUES, decode_error, make_id, split_id
+from daskqueue.messages import decode_error, make_id, split_id
 from daskqueue.moved import MovedIds
 from daskqueue.outcome_drain import DrainMixin
 from daskqueue.outcome_polls import PRIME_MAX_MESSAGES, PRIMED_WAIT_S, PollsMixin, _Fetch
@@ -120,7 +120,7 @@ class ResultCollector(ClaimsMixin, PollsMixin, DrainMixin):
         parked, self._parked = self._parked, []
         update = self._results.update
         for first, values in parked:
-            update(zip(range(first, first + len(values) * MAX_QUEUES, MAX_QUEUES), values))
+            update(zip(range(first, first + len(values)), values))
 
     def add_queues(self, k: int) -> None:
         """The pool has ``k`` more queues (indices from the current count on)."""
@@ -333,8 +333,8 @@ class ResultCollector(ClaimsMixin, PollsMixin, DrainMixin):
     def _park(self, q: int, first: int, values: list[Any]) -> None:
         first_id = make_id(q, first)
         self._parked.append((first_id, values))
-        # Ids of consecutive seqs step by MAX_QUEUES: a range, not a make_id call each.
-        self._arrivals.add(range(first_id, first_id + len(values) * MAX_QUEUES, MAX_QUEUES))
+        # Ids of consecutive seqs are consecutive: a range, not a make_id call each.
+        self._arrivals.add(range(first_id, first_id + len(values)))
 
     def _fail(self, q: int, seq: int, error: bytes, attempts: int) -> None:
         if self._moves.has(q):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from daskqueue.errors import RemoteTaskError
-from daskqueue.messages import MAX_QUEUES, QUEUE_INDEX_BITS
+from daskqueue.messages import make_id, split_id
 
 __all__ = ["StreamClaim", "id_runs", "hand_over_parked"]
 
@@ -23,10 +23,10 @@ def id_runs(ids: list[int]) -> list[tuple[int, int, int, int]] | None:
     """``(queue, first seq, count, first position)`` of the consecutive runs of ``ids`` (ids of
     consecutive seqs of one queue, in order), or None if two runs overlap (repeated ids)."""
     runs: list[tuple[int, int, int, int]] = []
-    mask, n, start = MAX_QUEUES - 1, len(ids), 0
+    n, start = len(ids), 0
     while start < n:
         end = _run_end(ids, start, n)
-        runs.append((ids[start] & mask, ids[start] >> QUEUE_INDEX_BITS, end - start, start))
+        runs.append((*split_id(ids[start]), end - start, start))
         start = end
     by_queue: dict[int, list[tuple[int, int]]] = {}
     for q, first, count, _ in runs:
@@ -53,7 +53,7 @@ def _run_end(ids: list[int], start: int, n: int) -> int:
     step = 1
     good, bad = start, n  # ids[good] fits the run; ids[bad] does not (or is past the end)
     while good + step < n:
-        if ids[good + step] == first + (good + step - start) * MAX_QUEUES:
+        if ids[good + step] == first + (good + step - start):
             good += step
             step *= 2
         else:
@@ -61,14 +61,14 @@ def _run_end(ids: list[int], start: int, n: int) -> int:
             break
     while bad - good > 1:
         middle = (good + bad) // 2
-        if ids[middle] == first + (middle - start) * MAX_QUEUES:
+        if ids[middle] == first + (middle - start):
             good = middle
         else:
             bad = middle
     end = good + 1
-    if end - start > 1 and ids[start:end] != list(range(first, first + (end - start) * MAX_QUEUES, MAX_QUEUES)):
+    if end - start > 1 and ids[start:end] != list(range(first, first + (end - start))):
         end = start + 1
-        while end < n and ids[end] == ids[end - 1] + MAX_QUEUES:
+        while end < n and ids[end] == ids[end - 1] + 1:
             end += 1
     return end
 
@@ -131,18 +131,17 @@ def hand_over_parked(parked: list[tuple[int, list[Any]]], claim: "StreamClaim",
                      runs: list[tuple[int, int, int, int]]) -> list[tuple[int, list[Any]]]:
     """Give ``claim`` the results of its ``runs`` found in ``parked`` (``(first id, values)``
     runs of consecutive seqs of one queue) by slice; return what stays parked."""
-    mask = MAX_QUEUES - 1
     wanted: dict[int, list[tuple[int, int, int]]] = {}
     for q, first, count, pos0 in runs:
         wanted.setdefault(q, []).append((first, count, pos0))
     keep: list[tuple[int, list[Any]]] = []
     for first_id, values in parked:
-        spans = wanted.get(first_id & mask)
+        q, lo0 = split_id(first_id)
+        spans = wanted.get(q)
         if spans is None:
             keep.append((first_id, values))
             continue
-        q = first_id & mask
-        pieces = [(first_id >> QUEUE_INDEX_BITS, values)]
+        pieces = [(lo0, values)]
         for first, count, pos0 in spans:
             rest = []
             for lo, vals in pieces:
@@ -156,5 +155,5 @@ def hand_over_parked(parked: list[tuple[int, list[Any]]], claim: "StreamClaim",
                 if b < lo + len(vals):
                     rest.append((b, vals[b - lo:]))
             pieces = rest
-        keep.extend(((lo << QUEUE_INDEX_BITS) | q, vals) for lo, vals in pieces)
+        keep.extend((make_id(q, lo), vals) for lo, vals in pieces)
     return keep

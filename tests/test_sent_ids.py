@@ -3,14 +3,14 @@ once, and only if it is unchanged; memory stays bounded."""
 
 import pytest
 
-from daskqueue.messages import MAX_QUEUES, make_id
+from daskqueue.messages import id_range, make_id
 from daskqueue.sent_ids import SentIds, merge_runs
 
 pytestmark = pytest.mark.timeout(30)
 
 
 def _ids(q, first, count):
-    return list(range(make_id(q, first), make_id(q, first + count), MAX_QUEUES))
+    return list(id_range(q, first, count))
 
 
 def test_a_list_handed_out_is_recalled_once_with_its_runs():

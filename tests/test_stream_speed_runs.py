@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from daskqueue.messages import MAX_QUEUES, make_id
+from daskqueue.messages import make_id, split_id
 from daskqueue.stream_claim import id_runs
 
 pytestmark = pytest.mark.timeout(30)
@@ -15,8 +15,8 @@ def _walked(ids):
     """The runs by a walk over every id (the reference), None on overlapping runs."""
     runs, start = [], 0
     for k in range(1, len(ids) + 1):
-        if k == len(ids) or ids[k] != ids[k - 1] + MAX_QUEUES:
-            runs.append((ids[start] % MAX_QUEUES, ids[start] // MAX_QUEUES, k - start, start))
+        if k == len(ids) or ids[k] != ids[k - 1] + 1:
+            runs.append((*split_id(ids[start]), k - start, start))
             start = k
     seen = set()
     for q, first, count, _ in runs:
@@ -45,9 +45,9 @@ def test_runs_of_batch_submit_ids_are_the_walked_runs():
 def test_ids_that_look_consecutive_only_at_the_ends_are_split_where_they_break():
     a = make_id(0, 100)
     # Ends fit one run of 8 (a .. a + 7 seqs) but the middle is swapped or from another queue.
-    swapped = [a + k * MAX_QUEUES for k in (0, 1, 3, 2, 4, 5, 6, 7)]
-    other = [a, a + MAX_QUEUES, make_id(1, 0), a + 3 * MAX_QUEUES]
-    repeated = [a, a + MAX_QUEUES, a + MAX_QUEUES, a + 3 * MAX_QUEUES]
+    swapped = [a + k for k in (0, 1, 3, 2, 4, 5, 6, 7)]
+    other = [a, a + 1, make_id(1, 0), a + 3]
+    repeated = [a, a + 1, a + 1, a + 3]
     assert id_runs(swapped) == _walked(swapped) == [(0, 100, 2, 0), (0, 103, 1, 2), (0, 102, 1, 3), (0, 104, 4, 4)]
     assert id_runs(other) == _walked(other)
     assert id_runs(repeated) is None and _walked(repeated) is None
@@ -83,11 +83,11 @@ def test_the_arrival_log_keeps_a_parked_run_as_its_range():
     cursor = log.end()
     tracemalloc.start()
     try:
-        log.add(range(0, 1_000_000 * MAX_QUEUES, MAX_QUEUES))  # a parked run of a million results
+        log.add(range(make_id(1, 0), make_id(1, 1_000_000)))  # a parked run of a million results
         grown, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert grown < 100_000  # not a million ids written out (~36 MB)
     assert len(log) == 1_000_000
     log.add((7,))
-    assert log.since(cursor)[-3:] == [999_998 * MAX_QUEUES, 999_999 * MAX_QUEUES, 7]
+    assert log.since(cursor)[-3:] == [make_id(1, 999_998), make_id(1, 999_999), 7]

@@ -17,7 +17,7 @@ import logging
 from typing import Any, Callable, Sequence
 
 from daskqueue.errors import ConfigurationError, QueueLostError, QueueMovedError
-from daskqueue.messages import QUEUE_INDEX_BITS, make_id
+from daskqueue.messages import id_range, make_id
 from daskqueue.queue.encode import PutBatch, encode_keyed
 # INTERRUPTED_READ_S is read from this module at each interruption (tests patch it here).
 from daskqueue.queue.interrupted import INTERRUPTED_READ_S, InterruptGuard, read_rest
@@ -55,7 +55,7 @@ def _write_ids(ids: list[Any], q: int, positions: Any, allocated: Any) -> None:
     per group) at their input ``positions``."""
     for (first_seq, count), pos in zip(allocated, positions):
         if isinstance(pos, range) and pos.step == 1:
-            ids[pos.start : pos.stop] = range(make_id(q, first_seq), make_id(q, first_seq + count), 1 << QUEUE_INDEX_BITS)
+            ids[pos.start : pos.stop] = id_range(q, first_seq, count)
         else:
             for k, p in enumerate(pos):
                 ids[p] = make_id(q, first_seq + k)
