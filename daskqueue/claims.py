@@ -67,7 +67,7 @@ class ClaimsMixin:
         the pool or overlaps another claim (the caller takes from the dicts instead)."""
         with self._lock:
             for q, first, count, _ in runs:
-                if q >= self._n or self._claim_overlaps(q, first, count):
+                if not 0 <= q < self._n or self._claim_overlaps(q, first, count):
                     return False
             for q, first, count, pos0 in runs:
                 self.claim(q, first, count, claim, pos0)  # type: ignore[arg-type]

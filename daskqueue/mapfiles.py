@@ -1,5 +1,5 @@
 """The files of a ``daskqueue map`` job (see :mod:`daskqueue.mapjob` for how a job resumes):
-``state.json`` and ``ids.bin`` (which job, what was put), ``done.jsonl`` (the journal of
+``state.json`` and ``task-ids.bin`` (which job, what was put), ``done.jsonl`` (the journal of
 outcomes) and the output file. Each is written so that a kill at any point leaves it readable:
 a torn last line is cut on the next open, ``state.json`` is replaced whole.
 """
@@ -7,6 +7,7 @@ a torn last line is cut on the next open, ``state.json`` is replaced whole.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from array import array
@@ -14,15 +15,23 @@ from pathlib import Path
 from typing import Any, Callable
 
 from daskqueue.errors import RemoteTaskError
+from daskqueue.messages import make_id
 
 __all__ = ["UsageError", "State", "Journal", "Output", "IndexSet", "outcome_record", "read_whole_lines",
-           "scan_whole_lines", "STATE_FORMAT", "NO_ID", "LOAD_BATCH"]
+           "scan_whole_lines", "STATE_FORMAT", "NO_ID", "IDS_FILE", "LOAD_BATCH"]
+
+logger = logging.getLogger("daskqueue")
 
 STATE_FORMAT = 1
 
-#: The id ``ids.bin`` keeps for an index that was not put (its outcome was known already):
-#: no task has it (a task id is a sequence number shifted left over the queue's index).
+#: The id ``task-ids.bin`` keeps for an index that was not put (its outcome was known
+#: already): no task has it (every task id is below 2**63, see :func:`~daskqueue.messages.make_id`).
 NO_ID = (1 << 64) - 1
+
+#: The put tasks' ids, 8 bytes each, by item index. ``ids.bin`` held them in the id layout
+#: of daskqueue 0.3.0 (``seq << 16 | queue``); a job resumed from it has them converted.
+IDS_FILE = "task-ids.bin"
+_OLD_IDS_FILE = "ids.bin"
 
 
 class UsageError(Exception):
@@ -220,7 +229,7 @@ def _output_line(record: dict[str, Any], item: Any) -> dict[str, Any]:
 
 
 class State:
-    """``state.json`` and ``ids.bin`` of a durable job (None without ``--durable``)."""
+    """``state.json`` and ``task-ids.bin`` of a durable job (None without ``--durable``)."""
 
     def __init__(self, root: Path | None, spec: str, input_path: str, as_json: bool, n: int) -> None:
         self.root = root
@@ -238,12 +247,34 @@ class State:
                 raise UsageError(f"{root} holds another job ({known.get('func')} over {known.get('input')}, "
                                  f"{known.get('items')} items): use another --durable directory")
             self.submitted = known["submitted"]
-            ids_path = root / "ids.bin"  # none yet if the job stopped before its first put
-            if ids_path.exists():
-                with open(ids_path, "rb") as f:  # read into the array: no second copy
-                    self.ids.fromfile(f, min(self.submitted, os.fstat(f.fileno()).st_size // 8))
+            self._load_ids(root)
         self.job = job
         self._save()
+
+    def _load_ids(self, root: Path) -> None:
+        ids_path, old_path = root / IDS_FILE, root / _OLD_IDS_FILE
+        if not ids_path.exists() and old_path.exists():
+            self._convert_old_ids(old_path, ids_path)
+        if ids_path.exists():  # none yet if the job stopped before its first put
+            with open(ids_path, "rb") as f:  # read into the array: no second copy
+                self.ids.fromfile(f, min(self.submitted, os.fstat(f.fileno()).st_size // 8))
+        old_path.unlink(missing_ok=True)  # converted (a crash may have left it after the rename)
+
+    @staticmethod
+    def _convert_old_ids(old_path: Path, ids_path: Path) -> None:
+        """Rewrite ``ids.bin`` (ids ``seq << 16 | queue``) as ``task-ids.bin`` (this
+        version's ids), through a temporary file: a crash leaves one whole file or the other."""
+        old = array("Q")
+        with open(old_path, "rb") as f:
+            old.fromfile(f, os.fstat(f.fileno()).st_size // 8)
+        new = array("Q", (i if i == NO_ID else make_id(i & 0xFFFF, i >> 16) for i in old))
+        tmp = ids_path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            f.write(new.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, ids_path)
+        logger.info("%s: task ids converted to this version's layout (%s)", old_path, ids_path.name)
 
     def _save(self) -> None:
         if self.root is None:
@@ -256,7 +287,8 @@ class State:
         """A chunk was put: persist its ids, then the count (a crash between puts it again)."""
         chunk = array("Q", ids)
         if self.root is not None:
-            with open(self.root / "ids.bin", "r+b" if (self.root / "ids.bin").exists() else "wb") as f:
+            path = self.root / IDS_FILE
+            with open(path, "r+b" if path.exists() else "wb") as f:
                 f.seek(len(self.ids) * 8)
                 f.write(chunk.tobytes())
                 f.truncate()

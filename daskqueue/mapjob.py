@@ -9,7 +9,7 @@ the same command again resumes it. How resuming works (the files: :mod:`daskqueu
 * ``DIR/queues`` is a durable pool: messages not yet run, results not yet fetched and dead
   letters are all there after a crash;
 * ``DIR/state.json`` says which job this is (function, input) and how many items were put;
-  ``DIR/ids.bin`` holds every put task's id (8 bytes each), to name a failure's item;
+  ``DIR/task-ids.bin`` holds every put task's id (8 bytes each), to name a failure's item;
 * ``DIR/done.jsonl`` journals every outcome (flushed and fsynced) before the next fetch lets
   the queue forget it: an item is either journaled or still in the queue, never lost;
 * the output is written from the journal, so a rerun completes it without duplicates.
@@ -17,7 +17,7 @@ the same command again resumes it. How resuming works (the files: :mod:`daskqueu
 The input is read lazily (:mod:`daskqueue.mapinput`: a file is counted first, never held) and
 items are put 50,000 at a time while fewer than two such chunks wait for their output line,
 so client memory does not grow with the input: the journal and the output are known by one
-byte per item (:class:`~daskqueue.mapfiles.IndexSet`), and ``ids.bin`` by eight.
+byte per item (:class:`~daskqueue.mapfiles.IndexSet`), and ``task-ids.bin`` by eight.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def next_chunk(inputs: Inputs, done: Container[int], first: int, end: int) -> tu
 
 
 def aligned_ids(first: int, stop: int, wanted: list[int], ids: list[int]) -> list[int]:
-    """The ids of indices ``first .. stop`` as ``ids.bin`` keeps them (by index): ``ids`` for
+    """The ids of indices ``first .. stop`` as ``task-ids.bin`` keeps them (by index): ``ids`` for
     the ``wanted`` ones put, :data:`~daskqueue.mapfiles.NO_ID` for those not put."""
     if len(wanted) == stop - first:
         return ids
@@ -179,7 +179,7 @@ def _drive(qp: Any, cp: Any, func: Callable[[Any], Any], inputs: Inputs, state: 
     task = functools.partial(call_indexed, func)  # one function object: pickled once per put
     bar = tqdm(total=inputs.n, initial=len(journal), unit="item", desc="daskqueue map", disable=not progress,
                file=sys.stderr)
-    unknown: dict[int, Any] = {}  # failures whose item is not in ids.bin (put just before a crash)
+    unknown: dict[int, Any] = {}  # failures whose item is not in task-ids.bin (put just before a crash)
     done_before = len(journal)
     put_now = 0
 

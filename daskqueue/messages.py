@@ -30,31 +30,32 @@ __all__ = [
 #: (The layout before, ``seq << 16 | queue_index``, gave a dict or set of one batch's ids
 #: only 2**(k-16) distinct first slots out of 2**k: filing a million results in a dict cost
 #: 3.8 times as much as for consecutive ints, and every lookup of an id 3.2 times.)
-SEQ_BITS = 48
+SEQ_BITS = 47
 QUEUE_INDEX_BITS = 16
 MAX_QUEUES = 1 << QUEUE_INDEX_BITS
-#: Seqs of one queue stay below this (1.4e14 messages in a queue's life).
-MAX_SEQ = 1 << 47
-_SPREAD_MASK = (1 << 46) - 1
+#: Seqs of one queue stay below this (7e13 messages in a queue's life); every id is below
+#: 2**63, so it fits a signed 64-bit column.
+MAX_SEQ = 1 << 46
+_SPREAD_MASK = (1 << 45) - 1
 _GOLDEN = 0x9E3779B97F4A7C15  # odd: q -> q * _GOLDEN mod 2**k is one-to-one for every k
 
 
 def queue_base(queue_index: int) -> int:
     """The id of seq 0 of queue ``queue_index``: the queue index above bit ``SEQ_BITS``,
-    plus a spread below it (0 for queue 0) that is at most 2**46, so ids of two queues
-    never meet."""
-    return (queue_index << SEQ_BITS) + (queue_index * _GOLDEN & _SPREAD_MASK)
+    plus a spread below 2**45 (not 0 for queue 0 either: an id is never its seq, so code
+    that mixes the two up fails in one-queue tests too), so ids of two queues never meet."""
+    return (queue_index << SEQ_BITS) + ((queue_index + 1) * _GOLDEN & _SPREAD_MASK)
 
 
 def make_id(queue_index: int, seq: int) -> int:
     """The pool-wide id of message ``seq`` of queue ``queue_index``."""
-    return (queue_index << SEQ_BITS) + (queue_index * _GOLDEN & _SPREAD_MASK) + seq
+    return (queue_index << SEQ_BITS) + ((queue_index + 1) * _GOLDEN & _SPREAD_MASK) + seq
 
 
 def split_id(message_id: int) -> tuple[int, int]:
     """``(queue_index, seq)`` of a message id."""
     q = message_id >> SEQ_BITS
-    return q, message_id - (q << SEQ_BITS) - (q * _GOLDEN & _SPREAD_MASK)
+    return q, message_id - (q << SEQ_BITS) - ((q + 1) * _GOLDEN & _SPREAD_MASK)
 
 
 def id_range(queue_index: int, first_seq: int, count: int) -> range:

@@ -12,6 +12,7 @@ import pytest
 
 from daskqueue import ConsumerPool, QueuePool
 from daskqueue.errors import NoConsumersError, QueueLostError
+from daskqueue.messages import split_id
 from tests import tasks
 from tests.helpers import kill_worker, wait_until
 
@@ -104,7 +105,7 @@ def test_public_calls_are_bounded_after_a_transient_queues_worker_dies(cluster_f
     home = cp.consumers[0]._address
     lost = next(i for i, q in enumerate(qp.queues) if q._address != home)
     ids = qp.batch_submit([(tasks.sleep_then, i, 0.05) for i in range(200)])
-    lost_ids = [i for i in ids if i & 0xFFFF == lost]
+    lost_ids = [i for i in ids if split_id(i)[0] == lost]
     kill_worker(client, qp.queues[lost]._address)
 
     def bounded(call):
