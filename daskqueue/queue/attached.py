@@ -298,7 +298,59 @@ def unpickle_pool(spec: ProducerSpec) -> QueuePool:
     refs = dict(enumerate(spec.refs))
     handles, missing = _handles_from_refs({q: r for q, r in refs.items() if r is not None}, len(spec.refs),
                                           on_worker=on_worker)
-    return build_handle(spec, handles, client, role="task", removed=missing)
+    pool = build_handle(spec, handles, client, role="task", removed=missing)
+    if on_worker:  # it follows its queues' moves in the registry, read through the worker
+        reader = WorkerRegistry()
+        name = spec.name
+        pool.table.refresh = lambda q: _registered_worker_handle(reader, name, q)
+        pool.table.removed_by_owner = lambda q: q in ((registry.registered_pool(reader, name) or {}).get("removed")
+                                                      or ())
+        pool.table.resting_by_owner = lambda q: q in ((registry.registered_pool(reader, name) or {}).get("resting")
+                                                      or ())
+    return pool
+
+
+class WorkerRegistry:
+    """The registry's reads (:func:`registry.registered_pool`) from a task handle, which has no
+    client: through the worker's own connection to its scheduler (``Worker.scheduler``).
+
+    Without it, a pool unpickled in a plain Dask task never learnt that a queue moved (its
+    worker retired and handed it off): a call to the freed actor is never answered (Dask's
+    worker-side ``Actor`` drops the error of an actor it no longer has), and the task's puts
+    ended in :class:`QueueLostError` after about a minute. Calls block on the worker's event
+    loop, so they are made from task threads (a call from the loop itself raises, and the
+    table then keeps its own error)."""
+
+    def __init__(self) -> None:
+        self._worker: Any = None
+
+    def _the_worker(self) -> Any:
+        if self._worker is None:
+            from distributed import Worker, get_worker
+
+            try:
+                self._worker = get_worker()
+            except ValueError:
+                self._worker = next(w for w in list(Worker._instances) if w.status.name not in ("closed", "closing"))
+        return self._worker
+
+    @property
+    def scheduler(self) -> Any:
+        return self._the_worker().scheduler
+
+    def sync(self, func: Any, *args: Any, callback_timeout: float | None = None, **kwargs: Any) -> Any:
+        from distributed.utils import sync
+
+        return sync(self._the_worker().loop, func, *args, callback_timeout=callback_timeout, **kwargs)
+
+
+def _registered_worker_handle(reader: WorkerRegistry, name: str, q: int) -> tuple[bool, Any]:
+    """:func:`_registered_handle` on a worker: the handle is a worker's (holds no future)."""
+    entry = registry.registered_pool(reader, name)
+    if entry is None:
+        return False, None
+    ref = (entry.get("queues") or {}).get(str(q))
+    return True, None if ref is None else _handle_from_ref(tuple(ref), on_worker=True)
 
 
 def _closing_after(stream: Any, handle: Any) -> Any:
