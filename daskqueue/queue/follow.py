@@ -30,7 +30,7 @@ from typing import Any
 from daskqueue import defaults, registry
 from daskqueue.queue.actors import Unplaced
 from daskqueue.queue.demand import Demand
-from daskqueue.queue.gone_workers import call_alive
+from daskqueue.queue.gone_workers import call_alive, worker_gone
 from daskqueue.queue.follow_starts import StartsMixin
 from daskqueue.queue.handles import DirectActor, call_all, direct_handles, free_actor
 from daskqueue.queue.handoff import handoff_pending
@@ -210,13 +210,13 @@ class Follower(StartsMixin):
             self._hand_off_again.add(q)
             return
         if not self.placeable_for(q):
-            if confirm_hand_off(old, "handoff_done"):
+            if self._handed_over(q, old):
                 self._park(q, state)
             else:
                 table.end_move(q)
             return
         started = self._start_now(q, state)
-        if started is None or not confirm_hand_off(old, "handoff_done"):
+        if started is None or not self._handed_over(q, old):
             # No successor (or the old queue resumed meanwhile): the old queue serves on.
             if started is not None:
                 self._discard(q, *started)
@@ -228,6 +228,20 @@ class Follower(StartsMixin):
             return
         self.install(q, *started)
         logger.info("queue %d of %r moved from retiring worker %s", q, self.pool, old._address)
+
+    def _handed_over(self, q: int, old: Any) -> bool:
+        """Tell queue ``q``'s old actor that its hand-off is final (``handoff_done``); whether
+        it is. Also final when the old actor cannot be told because its worker died after
+        handing over its state (the scheduler no longer has it): a dead actor serves nothing,
+        so the state in hand is the queue's only copy. Before, such a transient queue was
+        given up as lost with its worker, though this client held all of it."""
+        if confirm_hand_off(old, "handoff_done"):
+            return True
+        if worker_gone(self.pool.client, old._address):
+            logger.warning("queue %d of %r: its old worker %s died after handing over its state; the "
+                           "successor takes it", q, self.pool, old._address)
+            return True
+        return False
 
     def placeable_for(self, q: int) -> list[str]:
         """Workers a new actor of queue ``q`` may go to, those without a queue first."""

@@ -20,7 +20,7 @@ from typing import Any, Callable, TypeVar
 
 from daskqueue.scheduler_query import scheduler_workers
 
-__all__ = ["call_alive", "ask_alive", "caller", "is_done", "LOSS_CHECK_S", "LOSS_ASK_TIMEOUT_S", "LOSS_CONFIRM_S", "TIMEOUTS"]
+__all__ = ["call_alive", "ask_alive", "caller", "is_done", "worker_gone", "LOSS_CHECK_S", "LOSS_ASK_TIMEOUT_S", "LOSS_CONFIRM_S", "TIMEOUTS"]
 
 logger = logging.getLogger("daskqueue")
 
@@ -139,6 +139,20 @@ def _look(client: Any, addresses: list[str], gone: set[str]) -> bool:
         return False
     gone |= {a for a in addresses if a not in alive}
     return True
+
+
+def worker_gone(client: Any, address: str, *, within_s: float = LOSS_CONFIRM_S) -> bool:
+    """Whether the scheduler of ``client`` no longer has the worker at ``address``, asked
+    every ``LOSS_CHECK_S`` up to ``within_s`` (a worker that just died is still listed until
+    the scheduler notices); False if the scheduler does not answer."""
+    deadline = time.monotonic() + within_s
+    while True:
+        gone: set[str] = set()
+        if not _look(client, [address], gone):
+            return False
+        if gone or time.monotonic() + LOSS_CHECK_S > deadline:
+            return bool(gone)
+        time.sleep(LOSS_CHECK_S)
 
 
 def is_done(future: Any) -> bool:
