@@ -21,6 +21,7 @@ import time
 import pytest
 
 from daskqueue import QueuePool
+from tests import tasks
 from tests.helpers import WorkerJobs, job_of, wait_until
 
 #: How long the surviving worker's only thread stays busy (the successor starts after it).
@@ -61,6 +62,14 @@ def test_a_poll_of_a_serving_queue_does_not_wait_behind_a_poll_waiting_for_a_mov
         assert qp.poll_outcomes(queue_index=1) == 0
         took = time.monotonic() - started
         assert took < BOUND_S, f"a poll of serving queue 1 waited {took:.1f} s behind queue 0's move"
+
+        # A small send to queue 1 starts its outcome's poll there (prime): not behind it either.
+        key = next(f"k{i}" for i in range(1000) if qp.router.route(None, f"k{i}") == 1)
+        started = time.monotonic()
+        qp.submit(tasks.double, 1, dq_key=key)
+        took = time.monotonic() - started
+        assert took < BOUND_S, f"a submit to serving queue 1 waited {took:.1f} s behind queue 0's move"
+        assert waiting.is_alive() and 0 in qp.table.moving  # all of it while queue 0 still moved
 
         busy.result(timeout=60)
         waiting.join(timeout=60)
