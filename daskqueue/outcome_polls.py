@@ -95,11 +95,10 @@ class PollsMixin:
         if self._call is None:
             return
         with self._lock:
-            wanted = [(q, self._cursors_of(q)) for q in set(queues)
-                      if q not in self._long and q not in self.removed and q < self._n]
-        for q, cursors in wanted:
+            wanted = [q for q in set(queues) if q not in self._long and q not in self.removed and q < self._n]
+        for q in wanted:
             try:
-                fetch = self._send(q, PRIMED_WAIT_S, cursors)
+                fetch = self._send(q, PRIMED_WAIT_S)
             except Exception as e:  # an optimisation only: the waiting call reports it
                 logger.debug("queue %d: no outcome poll started: %s: %s", q, type(e).__name__, e)
                 continue
@@ -125,21 +124,16 @@ class PollsMixin:
         with self._lock:
             return bool(self._holds) and all(q in self._holds for q in range(self._n) if q not in self.removed)
 
-    def _cursors_of(self, q: int) -> tuple[int, int]:
-        """Queue ``q``'s cursors as they are now (under the lock): what a fetch is sent with."""
-        return self._cursors[q], self._dead_cursors[q]
-
-    def _send(self, q: int, wait_s: float, cursors: tuple[int, int] | None = None) -> _Fetch:
-        """Send a ``fetch_outcomes`` to queue ``q`` with ``cursors`` (default: as they are now).
+    def _send(self, q: int, wait_s: float) -> _Fetch:
+        """Send a ``fetch_outcomes`` to queue ``q`` with the cursors as they are now.
 
         Call it without the lock: the call waits for a queue that is moving or resting (up
         to ``MOVE_WAIT_S`` / ``WORKER_WAIT_S``, see ``QueueTable.current``), and inside the
         lock every thread filing or taking outcomes of any queue waited as long. Cursors read
         before that wait are still true (they only move on; an answer to cursors that moved
         meanwhile is dropped, see the module docstring)."""
-        if cursors is None:
-            with self._lock:
-                cursors = self._cursors_of(q)
+        with self._lock:
+            cursors = (self._cursors[q], self._dead_cursors[q])
         # The owner's call keeps its old form (queues of older versions answer it).
         args = cursors + (wait_s,) + ((self.producer,) if self.producer else ())
         return _Fetch(q, self._call(q, "fetch_outcomes", *args), cursors, wait_s, time.monotonic())
@@ -166,22 +160,24 @@ class PollsMixin:
         n = sum(self._settle_fetch(f, deadline) for f in answered)
         if n and wait_s > 0:
             return n  # the caller looks, and waits again if what it wants was not there
-        fetches, sends = [], []
-        with self._lock:
-            for q in which:
-                if q in self.removed and queue_index is None:
-                    continue  # removed since ``which`` was read: closed, its outcomes fetched
+        fetches = []
+        for q in which:  # sent outside the lock: a send may wait for a moving queue
+            if q in self.removed and queue_index is None:
+                continue  # removed since ``which`` was read: closed, its outcomes fetched
+            with self._lock:
                 fetch = self._long.get(q) if wait_s > 0 else None
-                if fetch is not None:
-                    fetches.append(fetch)
-                else:
-                    sends.append((q, self._cursors_of(q)))
-        for q, cursors in sends:  # outside the lock: a send may wait for a moving queue
-            try:
-                fetch = self._send(q, wait_s, cursors)
-            except QueueMovedError:
-                continue  # still moving after the wait: the next poll asks again
-            fetches.append(self._keep_long(fetch) if wait_s > 0 else fetch)
+            if fetch is None:
+                try:
+                    fetch = self._send(q, wait_s)
+                except QueueMovedError:
+                    continue  # still moving after the wait: the next poll asks again
+                except (QueueClosedError, QueueLostError):
+                    if q in self.removed:
+                        continue  # removed while an earlier send waited: as above
+                    raise
+                if wait_s > 0:
+                    self._keep_long(fetch)
+            fetches.append(fetch)
         start = time.monotonic()
         if first and wait_s > 0 and len(fetches) > 1:
             return self._settle_first(fetches, deadline, start + wait_s)
