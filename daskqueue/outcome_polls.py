@@ -89,9 +89,9 @@ class PollsMixin:
     def prime(self, queues: Iterable[int]) -> None:
         """A small send went to these queues: start a long poll at each that has none in
         flight, so that its outcome comes back as soon as it is settled (see the module
-        docstring). Waits for nothing but a queue that moves meanwhile (as the put before it
-        did), never inside the lock; a queue that cannot be called now is skipped (the next
-        poll finds out why)."""
+        docstring). Waits only for a queue that began moving since its put (the call waits
+        for the move), never inside the lock; a queue that cannot be called now is skipped
+        (the next poll finds out why)."""
         if self._call is None:
             return
         with self._lock:
@@ -255,14 +255,12 @@ class PollsMixin:
             raise
         return self._apply(fetch, answer)
 
-    def _keep_long(self, fetch: _Fetch) -> _Fetch:
+    def _keep_long(self, fetch: _Fetch) -> None:
         """Keep a long poll just sent as its queue's poll in flight, unless another thread
-        sent one meanwhile (that one stays; this one is still waited on by its sender);
-        returns ``fetch``."""
+        sent one meanwhile (that one stays; this one is still waited on by its sender)."""
         with self._lock:
             if fetch.q not in self._long and fetch.q not in self.removed:
                 self._long[fetch.q] = fetch
-        return fetch
 
     def _drop_long(self, fetch: _Fetch) -> None:
         with self._lock:
