@@ -3,9 +3,12 @@
 A durable queue lost with its worker is reopened on the surviving one; while that worker's
 only thread is busy (a long Dask task), the successor cannot start, and a poll that asks the
 queue waits for the move (up to ``MOVE_WAIT_S``). Before, that wait happened inside the
-result collector's lock (the send is ``table.call``, which waits for a moving queue), so a
-poll of the other, serving queue from another thread (a stream, ``results()``, a map, the
-executor's thread) waited as long, for nothing of the moving queue.
+result collector's lock (the send is ``table.call``, which waits for a moving queue), so
+whatever another thread did with the serving queue's outcomes waited as long (11.5 s here),
+for nothing of the moving queue: a poll of it (``result`` of a task there), a submit to it
+(which starts its outcome's poll). A poll of *every* queue (``results()``, a map's wait, a
+join) still waits for the moving queue itself: it must ask it, and its call is what wakes a
+resting queue.
 
 The workers are ``dask worker`` jobs of their own (nanny and worker, one process group), so
 that killing one's group leaves nothing to restart it, as a batch system's kill does.
