@@ -89,18 +89,20 @@ class PollsMixin:
     def prime(self, queues: Iterable[int]) -> None:
         """A small send went to these queues: start a long poll at each that has none in
         flight, so that its outcome comes back as soon as it is settled (see the module
-        docstring). Never waits; a queue that cannot be called now is skipped (the next
-        poll finds out why)."""
+        docstring). Waits only for a queue that began moving since its put (the call waits
+        for the move), never inside the lock; a queue that cannot be called now is skipped
+        (the next poll finds out why)."""
         if self._call is None:
             return
         with self._lock:
-            for q in set(queues):
-                if q in self._long or q in self.removed or q >= self._n:
-                    continue
-                try:
-                    self._long[q] = self._send(q, PRIMED_WAIT_S)
-                except Exception as e:  # an optimisation only: the waiting call reports it
-                    logger.debug("queue %d: no outcome poll started: %s: %s", q, type(e).__name__, e)
+            wanted = [q for q in set(queues) if q not in self._long and q not in self.removed and q < self._n]
+        for q in wanted:
+            try:
+                fetch = self._send(q, PRIMED_WAIT_S)
+            except Exception as e:  # an optimisation only: the waiting call reports it
+                logger.debug("queue %d: no outcome poll started: %s: %s", q, type(e).__name__, e)
+                continue
+            self._keep_long(fetch)
 
     def forget(self, q: int) -> None:
         """Queue ``q`` was removed (and its outcomes fetched): drop its long poll in flight,
@@ -123,8 +125,15 @@ class PollsMixin:
             return bool(self._holds) and all(q in self._holds for q in range(self._n) if q not in self.removed)
 
     def _send(self, q: int, wait_s: float) -> _Fetch:
-        """Send a ``fetch_outcomes`` to queue ``q`` with the cursors as they are (under the lock)."""
-        cursors = (self._cursors[q], self._dead_cursors[q])
+        """Send a ``fetch_outcomes`` to queue ``q`` with the cursors as they are now.
+
+        Call it without the lock: the call waits for a queue that is moving or resting (up
+        to ``MOVE_WAIT_S`` / ``WORKER_WAIT_S``, see ``QueueTable.current``), and inside the
+        lock every thread filing or taking outcomes of any queue waited as long. Cursors read
+        before that wait are still true (they only move on; an answer to cursors that moved
+        meanwhile is dropped, see the module docstring)."""
+        with self._lock:
+            cursors = (self._cursors[q], self._dead_cursors[q])
         # The owner's call keeps its old form (queues of older versions answer it).
         args = cursors + (wait_s,) + ((self.producer,) if self.producer else ())
         return _Fetch(q, self._call(q, "fetch_outcomes", *args), cursors, wait_s, time.monotonic())
@@ -152,20 +161,23 @@ class PollsMixin:
         if n and wait_s > 0:
             return n  # the caller looks, and waits again if what it wants was not there
         fetches = []
-        with self._lock:
-            for q in which:
-                if q in self.removed and queue_index is None:
-                    continue  # removed since ``which`` was read: closed, its outcomes fetched
+        for q in which:  # sent outside the lock: a send may wait for a moving queue
+            if q in self.removed and queue_index is None:
+                continue  # removed since ``which`` was read: closed, its outcomes fetched
+            with self._lock:
+                fetch = self._long.get(q) if wait_s > 0 else None
+            if fetch is None:
                 try:
-                    if wait_s > 0:
-                        fetch = self._long.get(q)
-                        if fetch is None:
-                            fetch = self._long[q] = self._send(q, wait_s)
-                    else:
-                        fetch = self._send(q, 0.0)
+                    fetch = self._send(q, wait_s)
                 except QueueMovedError:
                     continue  # still moving after the wait: the next poll asks again
-                fetches.append(fetch)
+                except (QueueClosedError, QueueLostError):
+                    if q in self.removed:
+                        continue  # removed while an earlier send waited: as above
+                    raise
+                if wait_s > 0:
+                    self._keep_long(fetch)
+            fetches.append(fetch)
         start = time.monotonic()
         if first and wait_s > 0 and len(fetches) > 1:
             return self._settle_first(fetches, deadline, start + wait_s)
@@ -242,6 +254,13 @@ class PollsMixin:
             self._drop_long(fetch)
             raise
         return self._apply(fetch, answer)
+
+    def _keep_long(self, fetch: _Fetch) -> None:
+        """Keep a long poll just sent as its queue's poll in flight, unless another thread
+        sent one meanwhile (that one stays; this one is still waited on by its sender)."""
+        with self._lock:
+            if fetch.q not in self._long and fetch.q not in self.removed:
+                self._long[fetch.q] = fetch
 
     def _drop_long(self, fetch: _Fetch) -> None:
         with self._lock:

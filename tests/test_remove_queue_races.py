@@ -97,14 +97,9 @@ def test_a_poll_that_finds_a_queue_closed_by_remove_queue_counts_it_as_empty(poo
 
     def remove_first(q, wait_s):
         if q == 0 and not removed:
-            # Queue 0 is asked first: remove queue 1 now (the poll holds the collector's
-            # lock here, which remove_queue needs: let go of it meanwhile).
-            lock = collector.exclusive()
-            lock.release()
-            try:
-                removed.append(qp.remove_queue(1, timeout_s=60))
-            finally:
-                lock.acquire()
+            # Queue 0 is asked first: remove queue 1 now (the poll holds no lock while it
+            # sends: a send may wait for a moving queue meanwhile, as long as this removal).
+            removed.append(qp.remove_queue(1, timeout_s=60))
         return send(q, wait_s)
 
     monkeypatch.setattr(collector, "_send", remove_first)
