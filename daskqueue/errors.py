@@ -212,19 +212,28 @@ class SchedulerLostError(DaskQueueError):
 
 
 class QueueHandedOffError(QueueMovedError):
-    """Raised by a queue actor that handed its state to a successor on another worker (its
-    worker is retiring): nothing of the call was done; the pool and the consumers repeat
-    it at the successor, so users see it only if the move itself failed."""
+    """A call reached a queue actor that no longer serves its queue: the queue moved on to
+    another actor (handed off as its worker retired, or reopened from its directory after its
+    worker was lost) or rests in its pool's client, waiting for a worker to join. Nothing of
+    the call was done; the pool and the consumers repeat it where the queue is now, so users
+    see it only if the move itself failed. ``reason`` says how the queue went, where the
+    raiser knows (default: any of those ways)."""
 
+    _keyword_fields = ("reason",)
     durability = "unknown"
 
-    def __init__(self, queue_index: int, address: str) -> None:
+    #: True of every way a queue leaves an actor that still gets calls.
+    DEFAULT_REASON = ("the queue moved to another actor (handed off as its worker retired, or reopened "
+                      "from its directory after its worker was lost) or rests in its pool's client")
+
+    def __init__(self, queue_index: int, address: str, *, reason: str | None = None) -> None:
         DaskQueueError.__init__(
-            self, f"queue {queue_index} on {address} handed its state to a successor on another "
-            "worker (its worker is retiring); nothing of this call was done: call the successor"
+            self, f"queue {queue_index}'s actor on {address} no longer serves it: "
+            f"{reason or self.DEFAULT_REASON}; nothing of this call was done: call the queue where it is now"
         )
         self.queue_index = queue_index
         self.address = address
+        self.reason = reason
 
 
 class NoWorkerError(DaskQueueError, TimeoutError):

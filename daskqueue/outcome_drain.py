@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from daskqueue import defaults
+from daskqueue.errors import QueueMovedError
 from daskqueue.outcome_polls import _Fetch
 
 __all__ = ["DrainMixin"]
@@ -35,23 +37,38 @@ class DrainMixin:
         fetched. ``closed``: the queue is closed (``close_if_drained``) but its actor not
         released yet: it is read with the calls a closed queue still answers, and nothing
         new arrives there any more, so this reads its last outcomes for good. Each answer
-        is waited for until ``deadline`` (default: the table's own)."""
+        is waited for until ``deadline`` (default: the table's own). A queue that moved away
+        from the actor a round went to (handed off, or reopened elsewhere) is asked that
+        round again where it is now, up to ``PUT_ATTEMPTS`` times in all: it only reads."""
         n = 0
+        moves = 0
         for rounds in range(1, 1_000):  # each round moves the cursors on (or ends): bounded in practice
-            with self._lock:
-                if closed:
-                    cursors = (self._cursors[q], self._dead_cursors[q])
-                    fetch = _Fetch(q, (self._call(q, "fetch_results", cursors[0]),
-                                       self._call(q, "fetch_dead", cursors[1])), cursors)
-                else:
-                    fetch = self._send(q, 0.0)
-            if closed:
-                results, dead = (self._answer(q, pending, deadline) for pending in fetch.pending)
-                answer = (*results, *dead)
-            else:
-                answer = self._answer(q, fetch.pending, deadline)
+            try:
+                fetch, answer = self._fetch_round(q, deadline, closed)
+            except QueueMovedError as e:
+                moves += 1
+                if moves >= defaults.PUT_ATTEMPTS:
+                    raise
+                logger.info("queue %d moved while its outcomes were read (%s); reading them there", q,
+                            type(e).__name__)
+                continue
             n += self._apply(fetch, answer)
             if (answer[0], answer[2]) == fetch.cursors:
                 logger.debug("queue %d: every outcome fetched (%d, in %d rounds)", q, n, rounds)
                 return n
         raise AssertionError(f"queue {q}: its outcomes kept coming")
+
+    def _fetch_round(self, q: int, deadline: float | None, closed: bool) -> tuple[_Fetch, Any]:
+        """One round of :meth:`fetch_all`: a fetch sent with the cursors as they are, and its
+        answer (not applied yet)."""
+        with self._lock:
+            if closed:
+                cursors = (self._cursors[q], self._dead_cursors[q])
+                fetch = _Fetch(q, (self._call(q, "fetch_results", cursors[0]),
+                                   self._call(q, "fetch_dead", cursors[1])), cursors)
+            else:
+                fetch = self._send(q, 0.0)
+        if closed:
+            results, dead = (self._answer(q, pending, deadline) for pending in fetch.pending)
+            return fetch, (*results, *dead)
+        return fetch, self._answer(q, fetch.pending, deadline)

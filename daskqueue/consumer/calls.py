@@ -59,13 +59,17 @@ class QueueCalls:
     """The consumer's queues by index (a pool's queues may come and go), and calls to them.
 
     ``bind()`` (at start) swaps handles of queues in this process for the queue objects;
-    ``workers_lost`` gives up calls in flight to those workers' queues at once.
+    ``workers_lost`` gives up calls in flight to those workers' queues at once, and fails
+    later ones; a queue actor placed on such a worker's address later (a worker restarted
+    under the address it died with, on a fixed port) is called as any other.
     """
 
     def __init__(self, refs: dict[int, Any]) -> None:
         self.queues: dict[int, Any] = {i: worker_handle(r) for i, r in refs.items()}
         self._bound = False
-        self._dead: set[str] = set()
+        self._dead: set[str] = set()  # workers reported lost
+        # Lost address -> keys of queue actors placed there since (``move``, ``replace``).
+        self._revived: dict[str, set[str]] = {}
         self._lost_event: asyncio.Event | None = None
         self._moved_event: asyncio.Event | None = None  # set (and renewed) when a queue moves
         self._late: set[asyncio.Task[None]] = set()  # answers awaited after their call gave up
@@ -88,6 +92,9 @@ class QueueCalls:
     def replace(self, refs: dict[int, Any]) -> None:
         """The queues are now ``refs`` (queue index -> handle or ref)."""
         queues = {i: worker_handle(r) for i, r in refs.items()}
+        for i, handle in queues.items():
+            if not _same_actor(self.queues.get(i), handle):  # a queue placed since (added)
+                self._placed(handle)
         self.queues = {i: bind_local(h) for i, h in queues.items()} if self._bound else queues
         self._moved()
 
@@ -95,9 +102,21 @@ class QueueCalls:
         """Queue ``slot`` moved to ``ref`` (reopened or handed off elsewhere)."""
         handle = worker_handle(ref)
         self.queues[slot] = bind_local(handle) if self._bound else handle
-        # A worker restarted on a fixed port comes back under the address it died with.
-        self._dead.discard(getattr(handle, "_address", None))  # type: ignore[arg-type]
+        self._placed(handle)
         self._moved()
+
+    def _placed(self, handle: Any) -> None:
+        """Queue actor ``handle`` was placed after this consumer was last told of lost
+        workers: on a lost worker's address, that worker was restarted there (a fixed port)
+        and the actor is alive, though the queues that were there before are not."""
+        address, key = getattr(handle, "_address", None), getattr(handle, "key", None)
+        if address in self._dead and key is not None:
+            self._revived.setdefault(address, set()).add(key)
+
+    def _lost(self, queue: Any) -> bool:
+        """Whether ``queue``'s worker was reported lost (and the actor not placed since)."""
+        address = getattr(queue, "_address", None)
+        return address in self._dead and getattr(queue, "key", None) not in self._revived.get(address, ())
 
     def _moved(self) -> None:
         if self._moved_event is not None:
@@ -107,6 +126,8 @@ class QueueCalls:
     def workers_lost(self, addresses: list[str]) -> None:
         """Give up calls in flight to queues on ``addresses``, and fail later ones at once."""
         self._dead.update(addresses)
+        for address in addresses:  # lost again, with whatever was placed there since
+            self._revived.pop(address, None)
         if self._lost_event is not None:
             self._lost_event.set()
             self._lost_event = asyncio.Event()
@@ -132,7 +153,7 @@ class QueueCalls:
         try:
             if address is None:
                 return await call
-            return await self._within(call, slot, address, method,
+            return await self._within(call, slot, queue, method,
                                       wait_s + REMOTE_CALL_TIMEOUT_S if deadline_s is None else deadline_s, on_late,
                                       moved_from=queue if until_moved else None)
         finally:
@@ -167,14 +188,15 @@ class QueueCalls:
     def _start(self, slot: int, method: str, args: tuple[Any, ...]) -> tuple[Any, str | None]:
         queue = self.queue(slot)
         address = getattr(queue, "_address", None)
-        if address is not None and address in self._dead:
+        if address is not None and self._lost(queue):
             raise QueueLostError(slot, address, "unknown")
         return getattr(queue, method)(*args), address
 
-    async def _within(self, call: Any, slot: int, address: str, method: str, deadline_s: float,
+    async def _within(self, call: Any, slot: int, queue: Any, method: str, deadline_s: float,
                       on_late: Callable[[Any], Awaitable[None]] | None, *, moved_from: Any = None) -> Any:
+        address = queue._address
         call = asyncio.ensure_future(call)
-        lost = asyncio.ensure_future(self._until_lost(address))
+        lost = asyncio.ensure_future(self._until_lost(queue))
         watches = {call, lost}
         moved = None
         if moved_from is not None and self._moved_event is not None:  # (bound: started)
@@ -253,8 +275,8 @@ class QueueCalls:
             assert self._moved_event is not None
             await self._moved_event.wait()
 
-    async def _until_lost(self, address: str) -> None:
-        while address not in self._dead:
+    async def _until_lost(self, queue: Any) -> None:
+        while not self._lost(queue):
             assert self._lost_event is not None
             await self._lost_event.wait()
 

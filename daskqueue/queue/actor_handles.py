@@ -179,8 +179,11 @@ class DirectActor(Actor):
         return None if lane is None else lane.peer()
 
     def close_lane(self) -> None:
-        """Close this handle's lane socket, if any (the pool releases the handle); later
-        calls go through Dask."""
+        """Close this handle's lane socket, if any: its pool frees the actor (``free_actor``:
+        the queue moved on, or was removed or closed). Later calls through it are answered
+        :class:`ActorReleasedError` here, as the worker would once it has dropped the actor;
+        sent, each made the worker log a ``KeyError`` traceback (see :meth:`_execute`)."""
+        self._freed = True
         lane = self.__dict__.get("_lane")
         if lane is not None:
             lane.close()
@@ -208,7 +211,16 @@ class DirectActor(Actor):
         return False  # in an event loop: the caller awaits
 
     async def _execute(self, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run ``key`` on the actor (as ``Actor``'s calls do: the same errors)."""
+        """Run ``key`` on the actor (as ``Actor``'s calls do: the same errors).
+
+        Not sent once the pool freed the actor (:meth:`close_lane`), even if called before
+        (a lane call falls back to this when its lane closes): Dask's ``actor_execute``
+        looks the actor up outside its ``try``, so each call that reaches the worker after
+        it dropped the actor logs "Exception while handling op actor_execute" with a
+        ``KeyError`` traceback there (``distributed.core``). A call already sent when the
+        actor is freed still does: only Dask could answer it quietly."""
+        if self.__dict__.get("_freed"):
+            raise self._released_error()
         try:
             answer = await self._worker_rpc.actor_execute(
                 function=key, actor=self.key, args=[to_serialize(a) for a in args],
@@ -223,10 +235,13 @@ class DirectActor(Actor):
             # owner removed that queue, or the queue moved on and the old actor was freed
             # while this call was on its way). Dask's own proxy leaves such a call unanswered;
             # here it is a typed answer at once, which the tables read as "closed" or "moved".
-            raise ActorReleasedError(f"{self.key} is no longer on its worker {self._address}: released") from None
+            raise self._released_error() from None
         if answer["status"] == "OK":
             return answer["result"]
         raise answer["exception"]
+
+    def _released_error(self) -> ActorReleasedError:
+        return ActorReleasedError(f"{self.key} is no longer on its worker {self._address}: released")
 
 
 def bound_to(handle: Actor, client: Any) -> Actor:
