@@ -228,6 +228,7 @@ LONG_FIRST = {
     "tests/test_cli_map.py::test_stats_and_dead_letters_find_the_pools_of_a_cluster": 16.4,
     "tests/test_scheduler_lost.py::test_losing_the_scheduler_raises_a_typed_error_soon_and_": 16.4,
     "tests/compat/test_readme_and_examples.py::test_a_script_that_never_closes_its_pools_exits_": 15.0,
+    "tests/test_s34_poll_moving_queue_lock.py::test_a_poll_of_a_serving_queue_does_not_wait_behind": 15.0,
     "tests/test_retire_settles.py::test_leases_fetched_ahead_of_a_retired_queue_are_settled_": 14.5,
     "tests/test_cli_map.py::test_map_reads_json_from_stdin_and_writes_unordered_to_stdout": 14.4,
     "tests/test_attach_moved.py::test_a_producer_in_another_process_maps_exactly_while_the_owner_moves_its_messages[add_": 13.9,
