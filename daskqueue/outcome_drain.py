@@ -61,13 +61,14 @@ class DrainMixin:
     def _fetch_round(self, q: int, deadline: float | None, closed: bool) -> tuple[_Fetch, Any]:
         """One round of :meth:`fetch_all`: a fetch sent with the cursors as they are, and its
         answer (not applied yet)."""
-        with self._lock:
-            if closed:
+        # Sent outside the collector's lock (as polls are): a call waits for a moving queue.
+        if closed:
+            with self._lock:
                 cursors = (self._cursors[q], self._dead_cursors[q])
-                fetch = _Fetch(q, (self._call(q, "fetch_results", cursors[0]),
-                                   self._call(q, "fetch_dead", cursors[1])), cursors)
-            else:
-                fetch = self._send(q, 0.0)
+            fetch = _Fetch(q, (self._call(q, "fetch_results", cursors[0]),
+                               self._call(q, "fetch_dead", cursors[1])), cursors)
+        else:
+            fetch = self._send(q, 0.0)
         if closed:
             results, dead = (self._answer(q, pending, deadline) for pending in fetch.pending)
             return fetch, (*results, *dead)

@@ -43,8 +43,9 @@ class Taking:
         ``queue_index`` only); return how many arrived.
 
         With ``wait_s``, a queue with nothing new holds the call until an outcome arrives or
-        ``wait_s`` passes (a long poll). Thread-safe: polls run one at a time. Raises
-        :class:`QueueLostError` for a queue whose worker is gone.
+        ``wait_s`` passes (a long poll). Thread-safe: polls of several threads overlap, and
+        each outcome is filed once. Raises :class:`QueueLostError` for a queue whose worker
+        is gone.
         """
         not_in_client_loop(self.client)
         return self.outcomes.poll(wait_s=wait_s, queue_index=queue_index)
