@@ -366,6 +366,7 @@ class ConsumerBase:
         for seg in batch.segments:
             producers.set_producer(seg.producer)
             values = self._payloads.values(seg)  # a packed segment's, unpickled once
+            first_id = make_id(batch.queue_index, seg.first_seq)  # a segment's ids are consecutive
             for j, payload in enumerate(seg.payloads() if values is None else values):
                 if self._halt_items:
                     return Outcome(pos, errors, fatal, results)
@@ -378,7 +379,7 @@ class ConsumerBase:
                     on_start(pos)
                 try:
                     message = Message(
-                        make_id(batch.queue_index, seg.first_seq + j),
+                        first_id + j,
                         self._payloads.data(seg, payload, values is not None),
                         seg.type,
                         seg.priority,

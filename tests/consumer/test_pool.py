@@ -212,6 +212,23 @@ def test_custom_consumer_processes_raw_items_and_its_errors_are_failures(pools):
     assert all(s.running for s in cp.stats())  # the error did not stop the consumer
 
 
+class OwnId(ConsumerBase):
+    def process_item(self, message):
+        return message.id
+
+
+@pytest.mark.timeout(60)
+def test_a_custom_consumer_sees_each_message_under_the_id_its_put_returned(pools):
+    qp = pools.queue(2)
+    cp = pools.consumer(qp, ConsumerClass=OwnId, n_consumers=2, isolation="thread")
+    cp.start()
+    ids = qp.put_many([f"item {i}" for i in range(40)]) + [qp.put("one more")]
+    cp.join(timeout=30)
+    results = cp.results()
+    assert {split_id(i)[0] for i in ids} == {0, 1}
+    assert [results[i] for i in ids] == ids
+
+
 def test_general_consumer_dead_letters_raw_items_at_once(pools):
     qp = pools.queue(1, max_retries=5)
     cp = pools.consumer(qp)
