@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 import sys
 import warnings
 
@@ -148,6 +149,26 @@ def cluster_factory():
     for cluster, client in reversed(made):
         client.close()
         cluster.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def fixed_port_client():
+    """A client of a cluster of two nanny workers, each on a fixed port of its own: a worker
+    killed there is restarted by its nanny under the address it died with."""
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    workers = {i: {"cls": Nanny, "options": {"nthreads": 1, "host": "127.0.0.1", "worker_port": _free_port(),
+                                             "dashboard_address": None}} for i in range(2)}
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": None}}
+    with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster) as client:
+        client.wait_for_workers(2, timeout=60)
+        yield client
 
 
 @pytest.fixture

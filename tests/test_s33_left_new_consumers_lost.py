@@ -11,11 +11,9 @@ there."""
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
-from distributed import Client, Nanny, Scheduler, SpecCluster
 
 from daskqueue import ConsumerPool, QueuePool
 from daskqueue.errors import QueueLostError
@@ -26,22 +24,6 @@ from tests.helpers import kill_worker, wait_until
 #: Well under the 20 s a poll of the dead queue waits when its consumer was not told.
 BOUND_S = 8.0
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def fixed_port_client():
-    """A client of a cluster of two nanny workers, each on a fixed port of its own."""
-    workers = {i: {"cls": Nanny, "options": {"nthreads": 1, "host": "127.0.0.1", "worker_port": _free_port(),
-                                             "dashboard_address": None}} for i in range(2)}
-    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": None}}
-    with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster) as client:
-        client.wait_for_workers(2, timeout=60)
-        yield client
 
 
 def _submit_to_the_survivor(qp) -> int:

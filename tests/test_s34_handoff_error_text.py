@@ -9,32 +9,14 @@ lost, not retired."""
 from __future__ import annotations
 
 import pickle
-import socket
 
 import pytest
-from distributed import Client, Nanny, Scheduler, SpecCluster
 
 from daskqueue import QueuePool
 from daskqueue.errors import QueueHandedOffError
 from daskqueue.queue.table import Pending
 from tests.helpers import kill_worker, wait_until
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def fixed_port_client():
-    """A client of a cluster of two nanny workers, each on a fixed port of its own."""
-    workers = {i: {"cls": Nanny, "options": {"nthreads": 1, "host": "127.0.0.1", "worker_port": _free_port(),
-                                             "dashboard_address": None}} for i in range(2)}
-    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": None}}
-    with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster) as client:
-        client.wait_for_workers(2, timeout=60)
-        yield client
 
 
 @pytest.mark.timeout(120)
