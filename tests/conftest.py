@@ -172,6 +172,17 @@ def fixed_port_client():
 
 
 @pytest.fixture
+def jobs():
+    """``start(n)``: ``n`` ``dask worker`` jobs on a fresh scheduler, each a process group of
+    its own that a kill leaves nothing to restart (see ``tests.helpers.WorkerJobs``)."""
+    from tests.helpers import WorkerJobs
+
+    made = WorkerJobs()
+    yield made.start
+    made.close()
+
+
+@pytest.fixture
 def pools(client):
     """Create pools with ``pools.queue(...)`` / ``pools.consumer(...)``; closed after the test."""
     from daskqueue import ConsumerPool, QueuePool

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from daskqueue import ConsumerPool, QueuePool
-from tests.helpers import WorkerJobs, job_of, wait_until
+from tests.helpers import job_of, wait_until
 
 
 def slow_identity(x):
@@ -27,13 +27,6 @@ def slow_identity(x):
     time.sleep(0.002)
     return x
 
-
-@pytest.fixture
-def jobs():
-    """``start(n)``: ``n`` worker jobs on a fresh scheduler (see ``WorkerJobs``)."""
-    made = WorkerJobs()
-    yield made.start
-    made.close()
 
 
 @pytest.mark.timeout(240)

@@ -23,19 +23,11 @@ import pytest
 from distributed import Client
 
 from daskqueue import ConsumerPool, QueuePool
-from tests.helpers import WorkerJobs, job_of, wait_until
+from tests.helpers import job_of, wait_until
 
 #: Well under the 20-25 s a call to a dead worker may wait, and well over what close takes.
 BOUND_S = 8.0
 
-
-@pytest.fixture
-def jobs():
-    """``start(n)``: a scheduler and ``n`` worker jobs (see ``WorkerJobs``); returns the
-    client and the jobs' ``Popen``s. Everything is killed afterwards."""
-    made = WorkerJobs()
-    yield made.start
-    made.close()
 
 
 def _pools(client: Client) -> tuple[QueuePool, ConsumerPool, str]:

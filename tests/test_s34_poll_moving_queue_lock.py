@@ -25,19 +25,13 @@ import pytest
 
 from daskqueue import QueuePool
 from tests import tasks
-from tests.helpers import WorkerJobs, job_of, wait_until
+from tests.helpers import job_of, wait_until
 
 #: How long the surviving worker's only thread stays busy (the successor starts after it).
 BUSY_S = 12.0
 #: Far below BUSY_S, far above a poll of a serving queue.
 BOUND_S = 3.0
 
-
-@pytest.fixture
-def jobs():
-    made = WorkerJobs()
-    yield made.start
-    made.close()
 
 
 @pytest.mark.timeout(150)
