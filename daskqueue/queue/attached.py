@@ -254,14 +254,16 @@ def attach_by_name(client: Any, name: str, *, producer: int | None = None) -> Po
     return pool
 
 
-def _registered_handle(client: Any, name: str, q: int) -> tuple[bool, Any]:
+def _registered_handle(client: Any, name: str, q: int, *, on_worker: bool = False) -> tuple[bool, Any]:
     """Whether pool ``name`` is registered, and the handle of its queue ``q`` there now
-    (None: not serving, being moved or lost)."""
+    (None: not serving, being moved or lost); ``on_worker``: a worker's handle (``client``
+    is then a :class:`WorkerRegistry`)."""
     entry = registry.registered_pool(client, name)
     if entry is None:
         return False, None
     ref = (entry.get("queues") or {}).get(str(q))
-    return True, None if ref is None else registry.actor_from_ref(tuple(ref), client)
+    return True, None if ref is None else _handle_from_ref(tuple(ref), on_worker=on_worker,
+                                                           client=None if on_worker else client)
 
 
 def _in_worker_process() -> bool:
@@ -302,7 +304,7 @@ def unpickle_pool(spec: ProducerSpec) -> QueuePool:
     if on_worker:  # it follows its queues' moves in the registry, read through the worker
         reader = WorkerRegistry()
         name = spec.name
-        pool.table.refresh = lambda q: _registered_worker_handle(reader, name, q)
+        pool.table.refresh = lambda q: _registered_handle(reader, name, q, on_worker=True)
         pool.table.removed_by_owner = lambda q: q in ((registry.registered_pool(reader, name) or {}).get("removed")
                                                       or ())
         pool.table.resting_by_owner = lambda q: q in ((registry.registered_pool(reader, name) or {}).get("resting")
@@ -343,14 +345,6 @@ class WorkerRegistry:
 
         return sync(self._the_worker().loop, func, *args, callback_timeout=callback_timeout, **kwargs)
 
-
-def _registered_worker_handle(reader: WorkerRegistry, name: str, q: int) -> tuple[bool, Any]:
-    """:func:`_registered_handle` on a worker: the handle is a worker's (holds no future)."""
-    entry = registry.registered_pool(reader, name)
-    if entry is None:
-        return False, None
-    ref = (entry.get("queues") or {}).get(str(q))
-    return True, None if ref is None else _handle_from_ref(tuple(ref), on_worker=True)
 
 
 def _closing_after(stream: Any, handle: Any) -> Any:
