@@ -346,7 +346,6 @@ class WorkerRegistry:
         return sync(self._the_worker().loop, func, *args, callback_timeout=callback_timeout, **kwargs)
 
 
-
 def _closing_after(stream: Any, handle: Any) -> Any:
     """Yield from ``stream``, then close ``handle`` (also when the stream is closed early)."""
     try:
