@@ -9,9 +9,9 @@ import cloudpickle
 
 from daskqueue import defaults
 from daskqueue.serialize import dead_rows
-from daskqueue.errors import ConfigurationError, QueueHandedOffError, QueueMovedError
+from daskqueue.errors import ConfigurationError, QueueHandedOffError
 from daskqueue.messages import make_id, split_id
-from daskqueue.queue.table import Pending, QueueTable
+from daskqueue.queue.table import QueueTable
 from daskqueue.results import DeadLetter, ResultCollector, dead_letter_of
 from daskqueue.validate import check_number
 
@@ -46,7 +46,8 @@ def replay_dead(table: QueueTable, collector: ResultCollector, ids: Iterable[int
     calls = [(q, table.call(q, "replay_dead", seqs)) for q, seqs in _ids_by_queue(table, ids).items()]
     n = 0
     for q, pending in calls:
-        runs = _answer_where_it_is(table, q, pending)
+        # Asked again only if the old actor did none of it: a replay made twice loses ids.
+        runs = table.answer_or_ask_again(q, pending, retry=QueueHandedOffError, attempts=defaults.PUT_ATTEMPTS)
         collector.forget_failures([make_id(*collector.given_id(q, s)) for s, _, _, _ in runs])
         collector.moved(runs, q)
         n += len(runs)
@@ -60,29 +61,10 @@ def purge(table: QueueTable, *, dead: bool, ready: bool) -> dict[str, int]:
     calls = [(q, table.call(q, "purge", dead, ready)) for q in table.reachable()]
     counts = {"dead": 0, "ready": 0}
     for q, pending in calls:
-        n_dead, n_ready = _answer_where_it_is(table, q, pending, unknown_too=True)
+        n_dead, n_ready = table.answer_or_ask_again(q, pending, attempts=defaults.PUT_ATTEMPTS)
         counts["dead"] += n_dead
         counts["ready"] += n_ready
     return counts
-
-
-def _answer_where_it_is(table: QueueTable, q: int, pending: Pending, *, unknown_too: bool = False) -> Any:
-    """The answer to ``pending``; if queue ``q`` moved away from the actor it went to
-    between the lookup and the call, the call made again where the queue is now (as puts
-    and polls are), up to ``PUT_ATTEMPTS`` calls in all: each waits for the move and for its
-    answer within the table's bounds. Made again after :class:`QueueHandedOffError` (the old
-    actor did none of it); with ``unknown_too`` also after :class:`QueueMovedError` (its
-    worker died with the call in flight: done or not, unknown), for calls that may be made
-    twice."""
-    for _ in range(defaults.PUT_ATTEMPTS - 1):
-        try:
-            return table.answer(q, pending)
-        except QueueMovedError as e:
-            if not (unknown_too or isinstance(e, QueueHandedOffError)):
-                raise
-            logger.info("queue %d moved while %s was under way; making it again there", q, pending.method)
-        pending = table.call(q, pending.method, *pending.args)
-    return table.answer(q, pending)
 
 
 def _ids_by_queue(table: QueueTable, ids: Iterable[int] | None) -> dict[int, list[int] | None]:

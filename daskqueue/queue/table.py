@@ -11,6 +11,7 @@ timeout, never more (:class:`QueueCallTimeoutError`).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any, Callable, NamedTuple
@@ -29,6 +30,8 @@ from daskqueue.queue.handles import LOST_CHECK_S, actor_lost, is_lost_worker
 from daskqueue.serialize import SentFunctions
 
 __all__ = ["QueueTable", "Pending", "deadline_after"]
+
+logger = logging.getLogger("daskqueue")
 
 
 class Pending(NamedTuple):
@@ -196,13 +199,19 @@ class QueueTable:
         to if it moved meanwhile."""
         return self.answer_or_ask_again(q, self.call(q, method, *args), deadline)
 
-    def answer_or_ask_again(self, q: int, pending: Pending, deadline: float | None = None) -> Any:
-        """:meth:`answer`, asking the queue again where it moved to if it moved meanwhile (for
-        calls that change nothing)."""
-        try:
-            return self.answer(q, pending, deadline)
-        except QueueMovedError:
-            return self.answer(q, self.call(q, pending.method, *pending.args), deadline)
+    def answer_or_ask_again(self, q: int, pending: Pending, deadline: float | None = None, *,
+                            retry: type[QueueMovedError] = QueueMovedError, attempts: int = 2) -> Any:
+        """:meth:`answer`, asking the queue again where it moved to if it moved meanwhile
+        (the call raised ``retry``), up to ``attempts`` calls in all: for calls that change
+        nothing, or that may be made twice; ``retry=QueueHandedOffError`` for a call that
+        must not (the old actor did none of it)."""
+        for _ in range(attempts - 1):
+            try:
+                return self.answer(q, pending, deadline)
+            except retry:
+                logger.info("queue %d moved while %s was under way; asking it again there", q, pending.method)
+                pending = self.call(q, pending.method, *pending.args)
+        return self.answer(q, pending, deadline)
 
     def await_move(self, q: int, handle: Any) -> None:
         """Wait (bounded) until queue ``q`` has moved away from ``handle``, is lost, or rests
