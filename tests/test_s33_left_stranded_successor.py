@@ -25,7 +25,6 @@ from daskqueue.messages import split_id
 from tests import tasks
 from tests.helpers import wait_until
 from tests.helpers import job_of as _job_of
-from tests.test_s32_house_close_after_loss import jobs  # noqa: F401 (a fixture)
 
 
 @pytest.mark.timeout(120)

@@ -15,7 +15,6 @@ import pytest
 from daskqueue import QueuePool, registry
 from tests import tasks
 from tests.helpers import job_of, wait_until
-from tests.test_s32_house_close_after_loss import jobs  # noqa: F401 (a fixture)
 
 
 @pytest.mark.timeout(120)
