@@ -28,7 +28,7 @@ from tests import tasks
 from tests.helpers import job_of, wait_until
 
 #: How long the surviving worker's only thread stays busy (the successor starts after it).
-BUSY_S = 12.0
+BUSY_S = 8.0
 #: Far below BUSY_S, far above a poll of a serving queue.
 BOUND_S = 3.0
 
