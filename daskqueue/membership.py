@@ -148,11 +148,29 @@ class Membership:
     def _stopped(self) -> bool:
         return self._stop.is_set()
 
-    def add_listener(self, listener: Listener) -> None:
-        """Call ``listener.on_membership`` on every change (it also holds this membership)."""
-        with self._lock:
+    @property
+    def view(self) -> View:
+        """The workers and the retiring ones, as one snapshot (see :attr:`workers`)."""
+        return seen(self, self._view)
+
+    def add_listener(self, listener: Listener, since: View | None = None) -> None:
+        """Call ``listener.on_membership`` on every change (it also holds this membership).
+
+        ``since``: the view the listener placed its actors by (a pool starting). What
+        changed between it and now reached no call of the listener's: it is given to the
+        listener first, on its reaction thread, before any later change."""
+        with self._lock:  # the thread updates the view and reads the listeners under it too
             self._listeners.append(weakref.ref(listener))
             self._holders.add(listener)
+            if since is None:
+                return
+            now = self._view
+            joined, left = set(now.workers - since.workers), set(since.workers - now.workers)
+            retiring = set(now.retiring - since.retiring)
+            if joined or left or retiring:
+                logger.info("daskqueue: while %r started, workers joined %s, left %s, retiring %s", listener,
+                            sorted(joined), sorted(left), sorted(retiring))
+                self._reactions.submit(listener, joined, left, retiring, owner=self, view=now)
 
     def remove_listener(self, listener: Listener) -> None:
         """No more calls to ``listener``; changes it has not started reacting to are dropped."""
@@ -239,18 +257,18 @@ class Membership:
         msgs = [msg for _, msg in events if isinstance(msg, dict)]
         said_left = {msg["worker"] for msg in msgs if msg.get("action") in ("leave", "remove-worker")}
         retiring = {w for msg in msgs if msg.get("action") == "retiring" for w in msg["workers"]}
-        was = self._view
-        left = (was.workers - now) | (said_left & was.workers)
-        joined = (now - was.workers) | (said_left & now)
-        self._view = View(frozenset(now), frozenset((was.retiring | retiring) & now - joined))
-        retiring &= now
-        if not joined and not left and not retiring:
-            return
-        logger.info("daskqueue: workers joined %s, left %s, retiring %s", sorted(joined), sorted(left),
-                    sorted(retiring))
-        with self._lock:
+        with self._lock:  # one step with reading the listeners: see add_listener(since=)
+            was = self._view
+            left = (was.workers - now) | (said_left & was.workers)
+            joined = (now - was.workers) | (said_left & now)
+            self._view = View(frozenset(now), frozenset((was.retiring | retiring) & now - joined))
+            retiring &= now
+            if not joined and not left and not retiring:
+                return
             listeners = [r() for r in self._listeners]
             self._listeners = [r for r in self._listeners if r() is not None]
+        logger.info("daskqueue: workers joined %s, left %s, retiring %s", sorted(joined), sorted(left),
+                    sorted(retiring))
         self._reactions.react([x for x in listeners if x is not None], joined, left, retiring, self._stop,
                               owner=self, view=self._view)
 

@@ -145,6 +145,12 @@ class Reactions:
                 logger.warning("daskqueue: %r is still reacting to the cluster's change after %g s; "
                                "the other pools go on meanwhile", listener, self.wait_s)
 
+    def submit(self, listener: Any, joined: set[str], left: set[str], retiring: set[str], *, owner: Any = None,
+               view: Any = None) -> threading.Event:
+        """Give one listener a change, after those it was given before, without waiting for
+        it (see :meth:`Reactor.submit`)."""
+        return self._reactor(listener).submit(joined, left, retiring, owner=owner, view=view)
+
     def discard(self, listener: Any) -> None:
         """Forget ``listener``'s reactor, dropping the changes it has not started."""
         with self._lock:

@@ -133,19 +133,22 @@ class ConsumerPool(ConsumerPool020, ConsumerPoolAsync, OpensOnAwait):
         # What daskqueue.get_pool() inside this pool's tasks is made from (daskqueue.producers).
         self._options.setdefault("pool_spec", self.queue_pool.producer_spec())
         self._membership = membership(self.client, owner=self)
+        view = self._membership.view
         try:
-            self.members.members = self._start_members(n_consumers)
+            self.members.members = self._start_members(n_consumers, view)
         except BaseException:
             forget(self)
             raise
-        self._membership.add_listener(self)
+        # A worker that joined or left while the consumers started is told now, as a change.
+        self._membership.add_listener(self, since=view)
         self.queue_pool.register_consumer_pool(self)
         registry.register_consumers(self)
         atexit_close.track(self)
 
-    def _start_members(self, n_consumers: int | None) -> list[Any]:
-        """Start the consumers: ``n_consumers`` spread over the workers, or one on each."""
-        workers = self._membership.placeable()
+    def _start_members(self, n_consumers: int | None, view: Any) -> list[Any]:
+        """Start the consumers: ``n_consumers`` spread over the workers of ``view`` (a
+        :class:`~daskqueue.membership.View`), or one on each."""
+        workers = sorted(view.workers - view.retiring)
         self.members.target = n_consumers
         if not workers:  # they start on the workers that join (Members.on_membership)
             if not can_grow(self.client):

@@ -181,15 +181,17 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
     def _open(self, direct_to_workers: bool | None) -> None:
         client = self.client
         self.membership = membership(client, owner=self)
+        view = self.membership.view
         try:
             self._take_over(self.dirpath)
-            self._start(direct_to_workers)
+            self._start(direct_to_workers, view)
         except BaseException:
             forget(self)
             raise
         if self.dirpath is not None:
             _open_dirs[self.dirpath] = self
-        self.membership.add_listener(self)
+        # A worker that joined or left while the queues started is told now, as a change.
+        self.membership.add_listener(self, since=view)
         registry.register_pool(self)
         atexit_close.track(self)
         from daskqueue import status
@@ -210,10 +212,11 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
         logger.warning("%r has %s open: closing it, so that a new pool can open it", other, dirpath)
         other.close()
 
-    def _start(self, direct_to_workers: bool | None) -> None:
-        """Start the queue actors (queue ``i`` on worker ``i mod n_workers``, only there when
-        there are at least as many workers as queues) and the parts that work on them."""
-        workers = self.membership.placeable()
+    def _start(self, direct_to_workers: bool | None, view: Any) -> None:
+        """Start the queue actors (queue ``i`` on worker ``i mod n_workers`` of ``view``, a
+        :class:`~daskqueue.membership.View`, only there when there are at least as many
+        workers as queues) and the parts that work on them."""
+        workers = sorted(view.workers - view.retiring)
         if not workers and not can_grow(self.client):
             raise ConfigurationError(NO_WORKERS_HINT)
         n = self.config.n_queues
