@@ -16,7 +16,8 @@ from distributed.protocol import to_serialize
 
 from daskqueue.errors import ActorReleasedError
 from daskqueue.queue.lane import LANE_HOLD_PUT_BYTES, LANE_MAX_PUT_BYTES, LaneClient, LaneFuture, lane_allowed
-from daskqueue.queue.lane_wire import METHOD_CODES
+from daskqueue.queue.lane_wire import CLIENT_METHODS
+from daskqueue.queue.worker_lane import WORKER_METHODS, lane_call
 
 __all__ = ["DirectActor", "WorkerActor"]
 
@@ -104,7 +105,7 @@ class DirectActor(Actor):
         return super()._worker_rpc
 
     def __getattr__(self, key: str) -> Any:
-        if key in METHOD_CODES:
+        if key in CLIENT_METHODS:
             conn = self._lane_now()
             if conn is not None:
                 return self._on_lane(key, conn)
@@ -117,7 +118,7 @@ class DirectActor(Actor):
             return super().__getattr__(key)
         if self._future is not None and self._future.status not in ("finished", "pending"):
             raise RuntimeError(f"Worker holding Actor was lost.  Status: {self._future.status}")
-        if key in METHOD_CODES and not self._lane_checked:
+        if key in CLIENT_METHODS and not self._lane_checked:
             # The first such call makes the lane (then the short path above asks it: asked
             # here again, it would advance its discovery twice per call until it is known).
             lane = self._lane_client()
@@ -279,6 +280,28 @@ class WorkerActor(Actor):
                 self._worker = get_worker()
             except ValueError:
                 self._worker = None
+
+    def __getattr__(self, key: str) -> Any:
+        if key in WORKER_METHODS and self._by_lane():
+            def call(*args: Any) -> Any:
+                return lane_call(self, key, args, self._through_dask)
+
+            return call
+        return super().__getattr__(key)
+
+    def _by_lane(self) -> bool:
+        """Whether a call made now may take the actor's lane: on a worker's event loop, to
+        an actor on another worker (see :mod:`daskqueue.queue.worker_lane`)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        self._try_bind_worker_client()
+        worker = self.__dict__.get("_worker")
+        return worker is not None and worker.address != self._address
+
+    async def _through_dask(self, method: str, args: tuple[Any, ...]) -> Any:
+        return await super().__getattr__(method)(*args)
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (WorkerActor, (self._cls, self._address, self.key))

@@ -57,8 +57,15 @@ def can_grow(client: Client) -> bool:
 
 def queue_kwargs(config: PoolConfig, pool_name: str) -> dict[str, Any]:
     """Every queue actor's keyword arguments: the settings, and the pool's name (its load
-    reports to the scheduler are counted per pool and queue)."""
-    return dict(config.queue_kwargs(), pool=pool_name)
+    reports to the scheduler are counted per pool and queue). With this process's
+    ``daskqueue.lane`` config false, ``lane=False``: the actors serve no lane, not even to
+    other workers (see :mod:`daskqueue.queue.lane_server`)."""
+    from daskqueue.queue.lane import lane_enabled
+
+    kwargs = dict(config.queue_kwargs(), pool=pool_name)
+    if not lane_enabled():
+        kwargs["lane"] = False
+    return kwargs
 
 
 def actor_args(config: PoolConfig, *, prepare: bool = True) -> tuple[type, list[tuple[Any, ...]]]:

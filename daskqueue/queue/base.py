@@ -19,7 +19,8 @@ shell is one module per job, each a mixin of :class:`QueueActorBase`:
 * :mod:`~daskqueue.queue.functions`: the function table (``get_functions``) and its sweep;
 * :mod:`~daskqueue.queue.gate`: pausing the queue for work off the loop;
 * :mod:`~daskqueue.queue.lane_server`: the lane, a synchronous client's puts and outcome
-  polls on a socket of their own (started on a client's first ask, stopped on close).
+  polls, and other workers' fetches, settles and announcements, on a socket of their own
+  (started on the first ask, stopped on close).
 
 Why mixins, not owner objects: Dask calls an actor's methods by name on the actor's class, and
 a durable queue overrides storage hooks (``_after_change``, ``_add_result``,
@@ -126,9 +127,11 @@ class QueueActorBase(PuttingMixin, LeasingMixin, OutboxMixin, MovingMixin, Hando
         seed: int | None = None,
         pool: str | None = None,
         policy: TypePolicy = FIFO,
+        lane: bool = True,
     ) -> None:
         self.index = index
         self.pool = pool
+        self._lane_ok = lane  # False: this actor serves no lane (its pool's client said so)
         self.max_message_bytes = max_message_bytes
         self._core = QueueCore(
             lease_timeout_s=lease_timeout_s,

@@ -6,7 +6,7 @@ machine, most of it Python code of Dask's comm stack (a hop to the client's even
 msgpack and frames, the worker's handler dispatch and ``actor_execute``) and thread
 hand-overs; a raw TCP round trip between two processes costs 0.16 ms. A task's
 ``submit`` -> ``result`` makes two such calls (the put, the outcome poll). The lane carries
-exactly those two methods (:data:`~daskqueue.queue.lane_wire.METHODS`) from the caller's
+exactly those two methods (:data:`~daskqueue.queue.lane_wire.CLIENT_METHODS`) from the caller's
 thread to a small asyncio server the queue actor runs on its worker's event loop
 (:mod:`daskqueue.queue.lane_server`); everything else goes through Dask as before.
 

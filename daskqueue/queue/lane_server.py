@@ -2,9 +2,11 @@
 on the worker's event loop that runs a client's puts and outcome polls on the actor.
 
 A mixin of :class:`~daskqueue.queue.base.QueueActorBase`. The server starts on the first
-``lane_endpoint`` call (a client's, through Dask): no socket is opened for a pool whose
-clients never ask, nor where the worker's config says ``daskqueue.lane: False``, its
-address is not ``tcp://``, or its ``Security`` requires encryption. It listens on the host
+``lane_endpoint`` call (a client's, or another worker's, through Dask: see
+:mod:`daskqueue.queue.worker_lane`): no socket is opened for a pool whose clients and
+workers never ask, nor where the worker's config says ``daskqueue.lane: False`` (or the
+config of the client that made the pool did), its address is not ``tcp://``, or its
+``Security`` requires encryption. It listens on the host
 of the worker's address, on a port the system picks, and serves only connections that
 start with the secret it handed out through Dask. ``_stop_lane`` (the actor's close) says
 goodbye on every connection (their calls in flight go through Dask) and closes them and
@@ -78,10 +80,15 @@ class LaneServer:
         return self.worker.state.actors.get(self.key) is self.actor
 
     async def close(self) -> None:
-        """Stop listening, say goodbye on every connection and close them."""
+        """Stop listening, let the calls under way answer (at most ``_CLOSE_WAIT_S``: an
+        answer the caller never reads would leave it unsure whether its call was made), say
+        goodbye on every connection and close them."""
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        running = [t for conn in self.connections for t in conn.running()]
+        if running:
+            await asyncio.wait(running, timeout=_CLOSE_WAIT_S)
         goodbye = encode_reply(GOODBYE_ID, FALLBACK)
         for conn in list(self.connections):
             conn.close(goodbye)
@@ -123,6 +130,10 @@ class _LaneProtocol(asyncio.Protocol):
             self._hello_timer.cancel()
         self._server.connections.discard(self)
         self._transport = None
+
+    def running(self) -> list[asyncio.Task[None]]:
+        """The calls of this connection under way."""
+        return list(self._tasks)
 
     def close(self, last: bytes = b"") -> None:
         transport = self._transport
@@ -202,12 +213,13 @@ class LaneMixin:
     _closed: bool
     _handed_off: bool
     _lane_server: LaneServer | None = None
+    _lane_ok: bool = True  # set by the actor's constructor (its pool's ``daskqueue.lane``)
 
     async def lane_endpoint(self, key: str) -> tuple[str, int, bytes] | None:
         """``(host, port, secret)`` of this actor's lane, started now if it is not yet
         (``key``: the actor's Dask key, as the caller's handle knows it); None where no lane
         may be served (see the module docstring), or if ``key`` is not this actor's."""
-        if self._closed or self._handed_off:
+        if self._closed or self._handed_off or not self._lane_ok:
             return None
         if self._lane_server is None:
             server = await _start_server(self, key)

@@ -6,8 +6,9 @@ actor gave the client through a Dask call, so that only a client of the pool can
 through it). Then frames, both ways, each a ``HEADER`` and a body:
 
 * a request: ``HEADER(body length, request id, method code)``, then the arguments, each a
-  tag byte and its value (``b`` u32 length + bytes, ``i`` i64, ``f`` f64, ``n`` None). No
-  pickle: the actor's side never unpickles what a connection sends it.
+  tag byte and its value (``b`` u32 length + bytes, ``s`` u32 length + UTF-8, ``i`` i64,
+  ``f`` f64, ``n`` None). No pickle: the actor's side never unpickles what a connection
+  sends it.
 * a reply: ``HEADER(body length, request id, status)``, then for ``OK`` the pickle of the
   method's return value, for ``ERROR`` the pickle of its exception, for ``FALLBACK``
   nothing: the client makes the same call through Dask instead. Request id 0 with
@@ -23,7 +24,8 @@ import struct
 from typing import Any
 
 __all__ = [
-    "HELLO", "SECRET_BYTES", "HEADER", "METHODS", "METHOD_CODES", "OK", "ERROR", "FALLBACK", "GOODBYE_ID",
+    "HELLO", "SECRET_BYTES", "HEADER", "METHODS", "METHOD_CODES", "CLIENT_METHODS", "WORKER_METHODS",
+    "OK", "ERROR", "FALLBACK", "GOODBYE_ID",
     "MAX_FRAME_BYTES", "LaneProtocolError", "encode_request", "decode_args", "encode_reply",
 ]
 
@@ -34,10 +36,15 @@ SECRET_BYTES = 16
 #: body length (u32, bytes after the header), request id (u32), method code or status (u8).
 HEADER = struct.Struct("<IIB")
 
-#: The methods a lane carries (code -> name): those a client waits on per task, both safe
-#: to send again through Dask when the lane fails (a put carries its token: a queue that
-#: stored it answers with the ids it gave; a fetch is read-only below its cursors).
-METHODS = {1: "put_batch", 2: "fetch_outcomes"}
+#: The methods a lane carries (code -> name). A client's (:mod:`daskqueue.queue.lane`): those
+#: it waits on per task, both safe to send again through Dask when the lane fails (a put
+#: carries its token: a queue that stored it answers with the ids it gave; a fetch is
+#: read-only below its cursors). A worker's (:mod:`daskqueue.queue.worker_lane`): a
+#: consumer's fetch and settle at a queue on another worker, and a queue's announcement to
+#: its peers; never sent again (a failure after the request went out is the call's).
+METHODS = {1: "put_batch", 2: "fetch_outcomes", 3: "get_batch", 4: "settle", 5: "work_at"}
+CLIENT_METHODS = frozenset({"put_batch", "fetch_outcomes"})
+WORKER_METHODS = frozenset({"get_batch", "settle", "work_at"})
 METHOD_CODES = {name: code for code, name in METHODS.items()}
 
 OK, ERROR, FALLBACK = 0, 1, 2
@@ -61,6 +68,9 @@ def encode_request(request_id: int, code: int, args: tuple[Any, ...]) -> bytes |
     for a in args:
         if isinstance(a, (bytes, bytearray, memoryview)):
             parts += (b"b", _U32.pack(len(a)), a)
+        elif type(a) is str:
+            data = a.encode("utf-8", "surrogatepass")
+            parts += (b"s", _U32.pack(len(data)), data)
         elif isinstance(a, bool):
             return None  # would come back as an int
         elif isinstance(a, int):
@@ -92,6 +102,16 @@ def decode_args(body: bytes | memoryview) -> tuple[Any, ...]:
                 if pos + n > end:
                     raise LaneProtocolError("bytes argument runs past its frame")
                 args.append(bytes(view[pos : pos + n]))
+                pos += n
+            elif tag == 0x73:  # s
+                (n,) = _U32.unpack_from(view, pos)
+                pos += 4
+                if pos + n > end:
+                    raise LaneProtocolError("str argument runs past its frame")
+                try:
+                    args.append(str(view[pos : pos + n], "utf-8", "surrogatepass"))
+                except UnicodeDecodeError:
+                    raise LaneProtocolError("str argument is not UTF-8") from None
                 pos += n
             elif tag == 0x69:  # i
                 args.append(_I64.unpack_from(view, pos)[0])

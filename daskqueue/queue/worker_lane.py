@@ -1,0 +1,220 @@
+"""A worker's calls to a queue actor on another worker, through the actor's lane.
+
+Why: a Dask actor call from one worker to another cost ~1.3 ms of the caller's CPU and
+~1 ms of the callee's on this machine (each argument serialized on its own, msgpack and
+frames, the comm's handlers), and 4.5 ms of wall time (measured 2026-11-25 with a no-op
+actor method). A consumer makes two such calls per batch it takes from a queue on another
+worker (``get_batch``, ``settle``), and a queue one per peer each time it announces work
+(``work_at``): on a stream of short tasks, those calls were most of what the workers spent
+beyond ``map`` (see ``benchmarks/README.md``, stop 35). The queue actor's lane server
+(:mod:`daskqueue.queue.lane_server`) takes them as it takes a client's puts; this module is
+the calling side, on the worker's event loop (the client's side,
+:mod:`daskqueue.queue.lane`, is a thread's).
+
+What goes by lane (:func:`lane_call`): the methods of
+:data:`~daskqueue.queue.lane_wire.WORKER_METHODS`, called through a :class:`WorkerActor`
+handle on a worker's event loop, whose arguments the wire encodes (a typed pool's ``sizes``
+dict does not: that call goes through Dask). The lane of an actor is asked for once
+(``lane_endpoint``, through Dask) and kept while it works; an actor that serves none
+(``daskqueue.lane: False``, not ``tcp://``, TLS required) is called through Dask from then on.
+
+Contracts:
+
+* Nothing is sent twice. A call whose request could not be written goes through Dask; once
+  written, a lane that breaks before the answer fails the call with ``OSError``, as Dask's
+  comm does when it breaks mid-call (the caller's handling of that is unchanged: a fetch
+  skips the queue a while, a settle is made again where the queue moved).
+* ``FALLBACK`` (the worker no longer holds the actor, or its answer does not pickle) makes
+  the same call through Dask, which says what it says; so does a lane that said goodbye
+  (the actor closed) before the request went out.
+* The caller's deadline and loss detection (``QueueCalls``) apply as to any call; the
+  connection has the kernel's loss detection too (TCP keepalive and user timeout, as the
+  client's lanes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import pickle
+import socket
+from typing import Any, Awaitable, Callable
+
+from daskqueue.queue.lane import lane_loss_timeout
+from daskqueue.queue.lane_connection import set_loss_detection
+from daskqueue.queue.lane_wire import (
+    ERROR,
+    FALLBACK,
+    GOODBYE_ID,
+    HEADER,
+    HELLO,
+    MAX_FRAME_BYTES,
+    METHOD_CODES,
+    OK,
+    WORKER_METHODS,
+    encode_request,
+)
+
+__all__ = ["lane_call", "WORKER_METHODS", "LANE_OPEN_TIMEOUT_S"]
+
+logger = logging.getLogger("daskqueue")
+
+#: How long opening a connection to a lane may take before the call goes through Dask.
+LANE_OPEN_TIMEOUT_S = 5.0
+
+
+class _NotSent(Exception):
+    """The request was not written: the call may go through Dask instead."""
+
+
+class _Lane:
+    """One connection to one queue actor's lane server, on this worker's event loop."""
+
+    def __init__(self, key: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.key = key
+        self._reader = reader
+        self._writer = writer
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
+        self.broken: str | None = None
+        self._reading = asyncio.get_running_loop().create_task(self._read_forever())
+
+    @classmethod
+    async def open(cls, key: str, host: str, port: int, secret: bytes) -> _Lane:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), LANE_OPEN_TIMEOUT_S)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            set_loss_detection(sock, lane_loss_timeout())
+        writer.write(HELLO + secret)
+        return cls(key, reader, writer)
+
+    async def request(self, code: int, args: tuple[Any, ...]) -> tuple[int, bytes]:
+        """``(status, body)`` of the reply; :class:`_NotSent` if the request was not written
+        (the lane is broken, or the arguments have no encoding), ``OSError`` if the lane
+        broke after it was."""
+        if self.broken is not None:
+            raise _NotSent(self.broken)
+        rid = next(self._ids)
+        if rid > 0xFFFFFFFF:  # u32 request ids: a new connection after four billion calls
+            self.close("request ids ran out")
+            raise _NotSent(self.broken)
+        frame = encode_request(rid, code, args)
+        if frame is None:
+            raise _NotSent("an argument has no encoding on the lane")
+        reply: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = reply
+        try:
+            self._writer.write(frame)
+        except Exception as e:  # the transport is closing: nothing went out
+            self._pending.pop(rid, None)
+            self.close(f"write failed: {e}")
+            raise _NotSent(self.broken) from None
+        try:
+            return await reply
+        finally:
+            self._pending.pop(rid, None)
+
+    async def _read_forever(self) -> None:
+        reason = "the connection closed"
+        try:
+            while True:
+                head = await self._reader.readexactly(HEADER.size)
+                length, rid, status = HEADER.unpack(head)
+                if length > MAX_FRAME_BYTES:
+                    reason = f"a reply frame of {length} bytes"
+                    return
+                body = await self._reader.readexactly(length) if length else b""
+                if rid == GOODBYE_ID and status == FALLBACK:
+                    reason = "the actor closed its lane"
+                    return
+                reply = self._pending.get(rid)
+                if reply is not None and not reply.done():
+                    reply.set_result((status, body))
+        except (asyncio.IncompleteReadError, OSError) as e:
+            reason = f"the connection broke ({type(e).__name__}: {e})"
+        finally:
+            self.close(reason)
+
+    def close(self, reason: str) -> None:
+        """Break the lane: its calls waiting for a reply fail with ``OSError``."""
+        if self.broken is None:
+            self.broken = reason
+            logger.debug("worker lane to queue actor %s closed: %s", self.key, reason)
+        pending, self._pending = self._pending, {}
+        for reply in pending.values():
+            if not reply.done():
+                reply.set_exception(ConnectionResetError(f"lane to queue actor {self.key} lost: {reason}"))
+        try:
+            self._writer.close()
+        except Exception:  # the loop is closing
+            pass
+        if not self._reading.done() and asyncio.current_task() is not self._reading:
+            self._reading.cancel()
+
+
+#: Per event loop (a worker's) and actor key: its lane, None (it serves none: Dask), or the
+#: task opening it.
+_lanes: dict[tuple[int, str], _Lane | asyncio.Task[_Lane | None] | None] = {}
+
+
+async def _lane_of(handle: Any, dask_call: Callable[[str, tuple[Any, ...]], Awaitable[Any]]) -> _Lane | None:
+    k = (id(asyncio.get_running_loop()), handle.key)
+    entry = _lanes.get(k)
+    if isinstance(entry, _Lane):
+        if entry.broken is None:
+            return entry
+        # broken: the actor closed its lane or its worker went; this actor serves no other
+        _lanes[k] = None
+        return None
+    if entry is None:
+        if k in _lanes:
+            return None
+    elif entry.done() and (entry.cancelled() or entry.exception() is not None):
+        entry = None  # an opening cut short (the loop stopping): open again
+    if entry is None:
+        entry = _lanes[k] = asyncio.get_running_loop().create_task(_open(handle, dask_call))
+    lane = await asyncio.shield(entry)
+    if _lanes.get(k) is entry:
+        _lanes[k] = lane
+    return lane
+
+
+async def _open(handle: Any, dask_call: Callable[[str, tuple[Any, ...]], Awaitable[Any]]) -> _Lane | None:
+    try:
+        endpoint = await asyncio.wait_for(dask_call("lane_endpoint", (handle.key,)), LANE_OPEN_TIMEOUT_S)
+        if endpoint is None:
+            return None
+        host, port, secret = endpoint
+        return await _Lane.open(handle.key, host, port, secret)
+    except Exception as e:  # no lane: this actor is called through Dask
+        logger.debug("no worker lane to queue actor %s (%s: %s); calling it through Dask", handle.key,
+                     type(e).__name__, e)
+        return None
+
+
+async def lane_call(handle: Any, method: str, args: tuple[Any, ...],
+                    dask_call: Callable[[str, tuple[Any, ...]], Awaitable[Any]]) -> Any:
+    """``method(*args)`` of the actor behind ``handle`` (on another worker), by its lane if it
+    has one, else ``dask_call(method, args)`` (see the module docstring)."""
+    lane = await _lane_of(handle, dask_call)
+    if lane is not None:
+        try:
+            status, body = await lane.request(METHOD_CODES[method], args)
+        except _NotSent:
+            pass
+        else:
+            if status == OK:
+                return pickle.loads(body)
+            if status == ERROR:
+                raise pickle.loads(body)
+    return await dask_call(method, args)
+
+
+def forget_lanes() -> None:
+    """Close every lane of this process (tests; a worker's lanes otherwise live with it)."""
+    for entry in list(_lanes.values()):
+        if isinstance(entry, _Lane):
+            entry.close("forgotten")
+    _lanes.clear()

@@ -1,0 +1,122 @@
+"""Calls from a worker to a queue actor on another worker go through the actor's lane
+(``daskqueue/queue/worker_lane.py``): a consumer's fetches and settles, a queue's work
+announcements. A Dask actor call between workers cost ~2.3 ms of CPU (both sides) and 1.5-4.5
+ms of wall here, a lane call ~0.3 ms: measured in ``benchmarks/README.md`` (stop 35).
+
+These check that the lane is taken where it should be, refused where the pool's client
+turned lanes off, that a call whose arguments the wire cannot carry goes through Dask, and
+that a queue worker killed under a consumer's long poll on the lane ends the poll in bounded
+time with nothing lost. The fault tests of the rest of the suite run through it too
+(consumers steal from the other workers' queues).
+"""
+
+from __future__ import annotations
+
+import dask
+import pytest
+
+from daskqueue import ConsumerPool, QueuePool
+from daskqueue.queue.lane_wire import (
+    CLIENT_METHODS, HEADER, METHOD_CODES, WORKER_METHODS, LaneProtocolError, decode_args, encode_request,
+)
+from tests import tasks
+from tests.helpers import kill_worker, wait_until
+
+
+@pytest.mark.timeout(10)
+def test_the_wire_carries_strs_for_the_workers_calls_and_refuses_a_broken_one():
+    args = (500, 0.5, "tcp://127.0.0.1:4711", None, -(2**40), b"\x00\xff", "é")
+    frame = encode_request(3, METHOD_CODES["get_batch"], args)
+    assert decode_args(frame[HEADER.size:]) == args
+    broken = b"s" + (3).to_bytes(4, "little") + b"\xff\xfe\xfd"
+    with pytest.raises(LaneProtocolError):
+        decode_args(broken)
+    with pytest.raises(LaneProtocolError):
+        decode_args(b"s" + (9).to_bytes(4, "little") + b"ab")  # runs past its frame
+    # a client's lane carries its own two methods only: never a fetch or a settle
+    assert CLIENT_METHODS == {"put_batch", "fetch_outcomes"}
+    assert not CLIENT_METHODS & WORKER_METHODS and WORKER_METHODS <= set(METHOD_CODES)
+
+
+def _lanes_to(client, worker: str, key: str) -> list[str]:
+    """The worker lanes ``worker`` holds to the actor ``key`` (their states)."""
+    def states(dask_worker, key=key):
+        from daskqueue.queue import worker_lane
+
+        return ["open" if v.broken is None else "broken" for (_, k), v in worker_lane._lanes.items()
+                if k == key and isinstance(v, worker_lane._Lane)]
+
+    return client.run(states, workers=[worker])[worker]
+
+
+def _lane_servers(client) -> int:
+    def count(dask_worker):
+        return sum(getattr(a, "_lane_server", None) is not None for a in dask_worker.state.actors.values())
+
+    return sum(client.run(count).values())
+
+
+@pytest.mark.timeout(120)
+def test_a_consumer_on_another_worker_fetches_and_settles_through_the_queues_lane(cluster_factory):
+    cluster, client = cluster_factory(2)
+    qp = QueuePool(client, 1)
+    cp = ConsumerPool(client, qp, isolation="thread")  # one per worker: one of them remote
+    try:
+        cp.start()
+        home = qp.queues[0]._address
+        (other,) = set(client.scheduler_info(n_workers=-1)["workers"]) - {home}
+        assert qp.map(tasks.double, range(3000)) == [2 * x for x in range(3000)]
+        # the consumer on the other worker called the queue through its lane (opened on its
+        # first fetch), and kept it
+        assert _lanes_to(client, other, qp.queues[0].key) == ["open"]
+    finally:
+        cp.close()
+        qp.close()
+
+
+@pytest.mark.timeout(120)
+def test_with_lanes_turned_off_by_the_pools_client_workers_call_each_other_through_dask(cluster_factory):
+    cluster, client = cluster_factory(2)
+    with dask.config.set({"daskqueue.lane": False}):
+        qp = QueuePool(client, 1)
+        cp = ConsumerPool(client, qp, isolation="thread")
+    try:
+        cp.start()
+        assert qp.map(tasks.double, range(2000)) == [2 * x for x in range(2000)]
+        assert _lane_servers(client) == 0
+    finally:
+        cp.close()
+        qp.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_typed_pools_fetch_whose_sizes_the_wire_cannot_carry_goes_through_dask(cluster_factory):
+    cluster, client = cluster_factory(2)
+    qp = QueuePool(client, 1, scheduler="fair")
+    cp = ConsumerPool(client, qp, isolation="thread")
+    try:
+        cp.start()
+        ids = [qp.submit(tasks.double, i, dq_type="a" if i % 2 else "b") for i in range(400)]
+        assert [cp.result(i, timeout=60) for i in ids] == [2 * i for i in range(400)]
+    finally:
+        cp.close()
+        qp.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_queue_worker_killed_under_a_long_poll_on_the_lane_loses_nothing(cluster_factory, tmp_path):
+    cluster, client = cluster_factory(2)
+    qp = QueuePool(client, 1, durability="durable", dirpath=tmp_path / "pool")
+    cp = ConsumerPool(client, qp, isolation="thread")
+    try:
+        cp.start()
+        assert qp.map(tasks.double, range(200)) == [2 * x for x in range(200)]
+        home = qp.queues[0]._address
+        (other,) = set(client.scheduler_info(n_workers=-1)["workers"]) - {home}
+        wait_until(lambda: _lanes_to(client, other, qp.queues[0].key) == ["open"], timeout_s=30)
+        kill_worker(client, home)  # the remote consumer's long poll was waiting on the lane
+        # the queue is reopened (on the worker left, or the restarted one) and serves on
+        assert qp.map(tasks.double, range(300), timeout_s=120) == [2 * x for x in range(300)]
+    finally:
+        cp.close()
+        qp.close()
