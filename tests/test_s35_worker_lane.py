@@ -120,3 +120,28 @@ def test_a_queue_worker_killed_under_a_long_poll_on_the_lane_loses_nothing(clust
     finally:
         cp.close()
         qp.close()
+
+
+@pytest.mark.timeout(10)
+def test_the_entries_of_actors_called_through_dask_stay_bounded():
+    import asyncio
+
+    from daskqueue.queue import worker_lane
+
+    class NoLane:
+        def __init__(self, key):
+            self.key = key
+
+    async def no_endpoint(method, args):
+        assert method == "lane_endpoint"
+        return None  # an actor that serves no lane
+
+    async def main():
+        for i in range(3 * worker_lane.MAX_ENTRIES):
+            assert await worker_lane._lane_of(NoLane(f"q-{i}"), no_endpoint) is None
+        return len(worker_lane._lanes)
+
+    try:
+        assert asyncio.run(main()) <= worker_lane.MAX_ENTRIES + 1
+    finally:
+        worker_lane.forget_lanes()

@@ -158,6 +158,18 @@ class _Lane:
 #: task opening it.
 _lanes: dict[tuple[int, str], _Lane | asyncio.Task[_Lane | None] | None] = {}
 
+#: Past this many entries, those of actors called through Dask (None) are forgotten: a
+#: long-lived worker that calls the queues of many pools, one after another, keeps at most
+#: this many (a forgotten actor's next call asks for its lane again, through Dask).
+MAX_ENTRIES = 1024
+
+
+def _settle(k: tuple[int, str], lane: _Lane | None) -> None:
+    _lanes[k] = lane
+    if lane is None and len(_lanes) > MAX_ENTRIES:
+        for old in [key for key, v in _lanes.items() if v is None]:
+            del _lanes[old]
+
 
 async def _lane_of(handle: Any, dask_call: Callable[[str, tuple[Any, ...]], Awaitable[Any]]) -> _Lane | None:
     k = (id(asyncio.get_running_loop()), handle.key)
@@ -166,7 +178,7 @@ async def _lane_of(handle: Any, dask_call: Callable[[str, tuple[Any, ...]], Awai
         if entry.broken is None:
             return entry
         # broken: the actor closed its lane or its worker went; this actor serves no other
-        _lanes[k] = None
+        _settle(k, None)
         return None
     if entry is None:
         if k in _lanes:
@@ -177,7 +189,7 @@ async def _lane_of(handle: Any, dask_call: Callable[[str, tuple[Any, ...]], Awai
         entry = _lanes[k] = asyncio.get_running_loop().create_task(_open(handle, dask_call))
     lane = await asyncio.shield(entry)
     if _lanes.get(k) is entry:
-        _lanes[k] = lane
+        _settle(k, lane)
     return lane
 
 
