@@ -43,7 +43,7 @@ def _lanes_to(client, worker: str, key: str) -> list[str]:
     def states(dask_worker, key=key):
         from daskqueue.queue import worker_lane
 
-        return ["open" if v.broken is None else "broken" for (_, k), v in worker_lane._lanes.items()
+        return ["open" if v.broken is None else "broken" for (_, k, _), v in worker_lane._lanes.items()
                 if k == key and isinstance(v, worker_lane._Lane)]
 
     return client.run(states, workers=[worker])[worker]
@@ -130,7 +130,7 @@ def test_the_entries_of_actors_called_through_dask_stay_bounded():
 
     class NoLane:
         def __init__(self, key):
-            self.key = key
+            self.key, self._address = key, "tcp://127.0.0.1:1"
 
     async def no_endpoint(method, args):
         assert method == "lane_endpoint"
@@ -145,3 +145,65 @@ def test_the_entries_of_actors_called_through_dask_stay_bounded():
         assert asyncio.run(main()) <= worker_lane.MAX_ENTRIES + 1
     finally:
         worker_lane.forget_lanes()
+
+
+@pytest.mark.timeout(30)
+def test_a_call_unanswered_at_the_actors_goodbye_goes_through_dask_once_and_a_late_one_is_not_run():
+    """The actor closes its lane with a request of a worker on the wire: the server answers it
+    FALLBACK unrun (or never reads it), the goodbye follows, and the caller makes it through
+    Dask: made once in all. A request running when the close starts answers first."""
+    import asyncio
+
+    from daskqueue.queue import worker_lane
+    from daskqueue.queue.lane_server import LaneServer
+
+    class Actor:
+        def __init__(self):
+            self.ran = []
+            self.release = asyncio.Event()
+
+        async def work_at(self, *args):
+            self.ran.append(args)
+            if args[0] == 1:
+                await self.release.wait()  # under way when the close starts
+            return args[0]
+
+    class Worker:
+        address = "tcp://127.0.0.1:9"
+
+        class state:
+            actors = {}
+
+    class Handle:
+        key, _address = "queue-x", "tcp://127.0.0.1:9"
+
+    async def main():
+        actor = Actor()
+        Worker.state.actors = {"queue-x": actor}
+        server = LaneServer(actor, "queue-x", Worker())
+        await server.start("127.0.0.1")
+        through_dask = []
+
+        async def dask_call(method, args):
+            if method == "lane_endpoint":
+                return server.endpoint
+            through_dask.append(args)
+            return ("dask", args[0])
+
+        running = asyncio.ensure_future(worker_lane.lane_call(Handle(), "work_at", (1, None, 0, 0), dask_call))
+        while not actor.ran:
+            await asyncio.sleep(0.01)
+        closing = asyncio.ensure_future(server.close())
+        await asyncio.sleep(0.05)
+        late = await worker_lane.lane_call(Handle(), "work_at", (2, None, 0, 0), dask_call)
+        actor.release.set()
+        await closing
+        return await running, late, actor.ran, through_dask
+
+    try:
+        first, late, ran, through_dask = asyncio.run(main())
+    finally:
+        worker_lane.forget_lanes()
+    assert first == 1  # under way at the close: answered on the lane before the goodbye
+    assert late == ("dask", 2) and through_dask == [(2, None, 0, 0)]
+    assert ran == [(1, None, 0, 0)]  # the late one never ran on the lane

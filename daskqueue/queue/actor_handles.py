@@ -283,7 +283,9 @@ class WorkerActor(Actor):
 
     def __getattr__(self, key: str) -> Any:
         if key in WORKER_METHODS and self._by_lane():
-            def call(*args: Any) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if kwargs:  # the wire carries positional arguments only
+                    return super(WorkerActor, self).__getattr__(key)(*args, **kwargs)
                 return lane_call(self, key, args, self._through_dask)
 
             return call

@@ -55,15 +55,13 @@ def can_grow(client: Client) -> bool:
         return True
 
 
-def queue_kwargs(config: PoolConfig, pool_name: str) -> dict[str, Any]:
+def queue_kwargs(config: PoolConfig, pool_name: str, *, lane: bool = True) -> dict[str, Any]:
     """Every queue actor's keyword arguments: the settings, and the pool's name (its load
-    reports to the scheduler are counted per pool and queue). With this process's
-    ``daskqueue.lane`` config false, ``lane=False``: the actors serve no lane, not even to
+    reports to the scheduler are counted per pool and queue). ``lane=False`` (the pool was
+    made with the ``daskqueue.lane`` config false): the actors serve no lane, not even to
     other workers (see :mod:`daskqueue.queue.lane_server`)."""
-    from daskqueue.queue.lane import lane_enabled
-
     kwargs = dict(config.queue_kwargs(), pool=pool_name)
-    if not lane_enabled():
+    if not lane:
         kwargs["lane"] = False
     return kwargs
 

@@ -31,6 +31,7 @@ from typing import Any
 from daskqueue.queue.lane import lane_loss_timeout
 from daskqueue.queue.lane_connection import set_loss_detection
 from daskqueue.queue.lane_wire import (
+    CLIENT_METHODS,
     ERROR,
     FALLBACK,
     GOODBYE_ID,
@@ -65,6 +66,9 @@ class LaneServer:
         #: user timeout, as the client's end); one that sends no hello is closed after it.
         self.loss_timeout_s = lane_loss_timeout()
         self.connections: set[_LaneProtocol] = set()
+        #: Set when closing starts: a request read from then on is answered ``FALLBACK``
+        #: (not run), so that a call the actor never answered was never made here.
+        self.closing = False
         self._server: asyncio.AbstractServer | None = None
         self.endpoint: tuple[str, int, bytes] | None = None
 
@@ -84,6 +88,7 @@ class LaneServer:
         answer the caller never reads would leave it unsure whether its call was made), say
         goodbye on every connection and close them."""
         server, self._server = self._server, None
+        self.closing = True
         if server is not None:
             server.close()
         running = [t for conn in self.connections for t in conn.running()]
@@ -182,12 +187,18 @@ class _LaneProtocol(asyncio.Protocol):
         from distributed.worker import _worker_cvar
 
         server = self._server
-        if not server.serving():
+        if server.closing or not server.serving():
             self._reply(rid, FALLBACK)
             return
         token = _worker_cvar.set(server.worker)
         try:
             result = await getattr(server.actor, method)(*args)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this request's task is being cancelled (the loop stops): no reply
+            # the method itself ended cancelled: the caller learns nothing more through Dask
+            status, value = ERROR, RuntimeError(f"queue actor {server.key}: {method} was cancelled")
         except Exception as e:
             status, value = ERROR, e
         else:
@@ -196,9 +207,13 @@ class _LaneProtocol(asyncio.Protocol):
             _worker_cvar.reset(token)
         try:
             body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # Dask has its own ways (cloudpickle): let it carry this one
-            self._reply(rid, FALLBACK)
-            return
+        except Exception:
+            if method in CLIENT_METHODS:  # made again through Dask, which has its own ways (safe for these two)
+                self._reply(rid, FALLBACK)
+                return
+            # a worker's call ran, and is never made twice (see worker_lane): its error's text goes
+            what = f"{type(value).__name__}: {value}" if status == ERROR else f"{method}'s answer does not pickle"
+            body, status = pickle.dumps(RuntimeError(what)), ERROR
         self._reply(rid, status, body)
 
     def _reply(self, rid: int, status: int, body: bytes = b"") -> None:

@@ -49,6 +49,7 @@ from daskqueue.queue.actors import NO_WORKERS_HINT, Unplaced, actor_args, can_gr
 from daskqueue.queue.directory import removed_queues
 from daskqueue.queue.follow import Follower
 from daskqueue.queue.handles import direct_handles
+from daskqueue.queue.lane import lane_enabled
 from daskqueue.queue.options import MAX_TIME_LIMIT_S, Eta, eta_epoch_s
 from daskqueue.queue.policy import Scheduler
 from daskqueue.queue.pool_async import QueuePoolAsync
@@ -174,6 +175,9 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
         self.time_limit_s = time_limit_s
         self.client = client
         self.name = check_optional_str("name", name) or f"queuepool-{uuid.uuid4().hex[:8]}"
+        #: The ``daskqueue.lane`` config as the pool was made: its queue actors (successors
+        #: and added ones too) serve a lane, to its clients and to other workers, only if true.
+        self._serve_lanes = lane_enabled()
         self.table: QueueTable | None = None
         self._closed = False
         self._open_now_or_on_await(client, lambda: self._open(direct_to_workers))
@@ -255,7 +259,7 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
 
     def queue_kwargs(self) -> dict[str, Any]:
         """Every queue actor's keyword arguments (see :func:`queue_kwargs`)."""
-        return queue_kwargs(self.config, self.name)
+        return queue_kwargs(self.config, self.name, lane=getattr(self, "_serve_lanes", True))
 
     def actor_args(self, *, prepare: bool = True) -> tuple[type, list[tuple[Any, ...]]]:
         """The queue actor class and each queue's positional arguments (see :func:`actor_args`)."""

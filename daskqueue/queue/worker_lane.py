@@ -20,13 +20,16 @@ dict does not: that call goes through Dask). The lane of an actor is asked for o
 
 Contracts:
 
-* Nothing is sent twice. A call whose request could not be written goes through Dask; once
-  written, a lane that breaks before the answer fails the call with ``OSError``, as Dask's
-  comm does when it breaks mid-call (the caller's handling of that is unchanged: a fetch
-  skips the queue a while, a settle is made again where the queue moved).
-* ``FALLBACK`` (the worker no longer holds the actor, or its answer does not pickle) makes
-  the same call through Dask, which says what it says; so does a lane that said goodbye
-  (the actor closed) before the request went out.
+* Nothing is made twice. A call whose request could not be written goes through Dask; so
+  does one still unanswered when the actor says goodbye (it closes: from the moment its
+  closing starts, it answers every request it reads ``FALLBACK``, unrun, and it lets the
+  calls under way answer before the goodbye). A lane that breaks without a goodbye after
+  the request went out fails the call with ``OSError``, as Dask's comm does when it breaks
+  mid-call (the caller's handling of that is unchanged: a fetch skips the queue a while, a
+  settle is made again where the queue moved).
+* ``FALLBACK`` (the worker no longer holds the actor, or it is closing) makes the same call
+  through Dask, which says what it says.
+* A request over ``MAX_REQUEST_BYTES`` (a settle of huge results) goes through Dask.
 * The caller's deadline and loss detection (``QueueCalls``) apply as to any call; the
   connection has the kernel's loss detection too (TCP keepalive and user timeout, as the
   client's lanes).
@@ -63,9 +66,14 @@ logger = logging.getLogger("daskqueue")
 #: How long opening a connection to a lane may take before the call goes through Dask.
 LANE_OPEN_TIMEOUT_S = 5.0
 
+#: A request with more bytes than this goes through Dask (the lane is for small calls, and
+#: its frames have a bound: ``MAX_FRAME_BYTES``).
+MAX_REQUEST_BYTES = 64 << 20
+
 
 class _NotSent(Exception):
-    """The request was not written: the call may go through Dask instead."""
+    """The request was not written, or the actor said goodbye before running it: the call
+    may go through Dask instead."""
 
 
 class _Lane:
@@ -73,6 +81,7 @@ class _Lane:
 
     def __init__(self, key: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.key = key
+        self.entry: tuple[int, str, str] | None = None  # where _lanes holds it (see _lane_of)
         self._reader = reader
         self._writer = writer
         self._ids = itertools.count(1)
@@ -101,8 +110,11 @@ class _Lane:
             self.close("request ids ran out")
             raise _NotSent(self.broken)
         frame = encode_request(rid, code, args)
-        if frame is None:
-            raise _NotSent("an argument has no encoding on the lane")
+        if frame is None or len(frame) > MAX_REQUEST_BYTES:
+            raise _NotSent("an argument has no encoding on the lane, or the request is too large")
+        if self._writer.transport.is_closing():  # (a write would be dropped silently)
+            self.close("the connection is closing")
+            raise _NotSent(self.broken)
         reply: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = reply
         try:
@@ -118,6 +130,7 @@ class _Lane:
 
     async def _read_forever(self) -> None:
         reason = "the connection closed"
+        goodbye = False
         try:
             while True:
                 head = await self._reader.readexactly(HEADER.size)
@@ -127,7 +140,7 @@ class _Lane:
                     return
                 body = await self._reader.readexactly(length) if length else b""
                 if rid == GOODBYE_ID and status == FALLBACK:
-                    reason = "the actor closed its lane"
+                    reason, goodbye = "the actor closed its lane", True
                     return
                 reply = self._pending.get(rid)
                 if reply is not None and not reply.done():
@@ -135,17 +148,21 @@ class _Lane:
         except (asyncio.IncompleteReadError, OSError) as e:
             reason = f"the connection broke ({type(e).__name__}: {e})"
         finally:
-            self.close(reason)
+            self.close(reason, unanswered=goodbye)
 
-    def close(self, reason: str) -> None:
-        """Break the lane: its calls waiting for a reply fail with ``OSError``."""
+    def close(self, reason: str, *, unanswered: bool = False) -> None:
+        """Break the lane: its calls waiting for a reply fail with ``OSError``, or, after the
+        actor's goodbye (``unanswered``: it ran none of them), go through Dask."""
         if self.broken is None:
             self.broken = reason
             logger.debug("worker lane to queue actor %s closed: %s", self.key, reason)
+            if self.entry is not None and _lanes.get(self.entry) is self:
+                _settle(self.entry, None)
         pending, self._pending = self._pending, {}
         for reply in pending.values():
             if not reply.done():
-                reply.set_exception(ConnectionResetError(f"lane to queue actor {self.key} lost: {reason}"))
+                reply.set_exception(_NotSent(reason) if unanswered else
+                                    ConnectionResetError(f"lane to queue actor {self.key} lost: {reason}"))
         try:
             self._writer.close()
         except Exception:  # the loop is closing
@@ -156,7 +173,7 @@ class _Lane:
 
 #: Per event loop (a worker's) and actor key: its lane, None (it serves none: Dask), or the
 #: task opening it.
-_lanes: dict[tuple[int, str], _Lane | asyncio.Task[_Lane | None] | None] = {}
+_lanes: dict[tuple[int, str, str], _Lane | asyncio.Task[_Lane | None] | None] = {}
 
 #: Past this many entries, those of actors called through Dask (None) are forgotten: a
 #: long-lived worker that calls the queues of many pools, one after another, keeps at most
@@ -164,7 +181,7 @@ _lanes: dict[tuple[int, str], _Lane | asyncio.Task[_Lane | None] | None] = {}
 MAX_ENTRIES = 1024
 
 
-def _settle(k: tuple[int, str], lane: _Lane | None) -> None:
+def _settle(k: tuple[int, str, str], lane: _Lane | None) -> None:
     _lanes[k] = lane
     if lane is None and len(_lanes) > MAX_ENTRIES:
         for old in [key for key, v in _lanes.items() if v is None]:
@@ -172,7 +189,8 @@ def _settle(k: tuple[int, str], lane: _Lane | None) -> None:
 
 
 async def _lane_of(handle: Any, dask_call: Callable[[str, tuple[Any, ...]], Awaitable[Any]]) -> _Lane | None:
-    k = (id(asyncio.get_running_loop()), handle.key)
+    # (the address too: an actor Dask placed again under its key elsewhere is another lane)
+    k = (id(asyncio.get_running_loop()), handle.key, handle._address)
     entry = _lanes.get(k)
     if isinstance(entry, _Lane):
         if entry.broken is None:
@@ -190,6 +208,8 @@ async def _lane_of(handle: Any, dask_call: Callable[[str, tuple[Any, ...]], Awai
     lane = await asyncio.shield(entry)
     if _lanes.get(k) is entry:
         _settle(k, lane)
+        if lane is not None:
+            lane.entry = k
     return lane
 
 
