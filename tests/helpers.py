@@ -104,3 +104,11 @@ def job_of(client: Any, procs: list[subprocess.Popen], address: str) -> subproce
     pid = client.run(os.getpid, workers=[address])[address]
     [job] = [p for p in procs if p.pid == os.getpgid(pid)]
     return job
+
+
+def lane_servers(client: Any) -> int:
+    """How many queue actors on the cluster's workers serve a lane now."""
+    def count(dask_worker):  # type: ignore[no-untyped-def]
+        return sum(getattr(a, "_lane_server", None) is not None for a in dask_worker.state.actors.values())
+
+    return sum(client.run(count).values())

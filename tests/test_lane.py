@@ -19,7 +19,7 @@ from daskqueue.errors import ConfigurationError, QueueClosedError, QueueLostErro
 from daskqueue.queue.lane import lane_allowed
 from daskqueue.queue.lane_wire import HEADER, HELLO, METHOD_CODES, SECRET_BYTES, decode_args, encode_request
 from tests import gate_tasks, tasks
-from tests.helpers import kill_worker, wait_until
+from tests.helpers import kill_worker, lane_servers, wait_until
 
 
 def _lane_up(qp, cp, timeout_s: float = 30.0) -> tuple[str, int]:
@@ -28,14 +28,6 @@ def _lane_up(qp, cp, timeout_s: float = 30.0) -> tuple[str, int]:
     wait_until(lambda: cp.result(qp.submit(tasks.double, 1), timeout=30) == 2 and qp.queues[0].lane_peer(),
                timeout_s=timeout_s)
     return qp.queues[0].lane_peer()
-
-
-def _lane_servers(client) -> int:
-    """How many queue actors on the cluster's workers serve a lane now."""
-    def count(dask_worker):
-        return sum(getattr(a, "_lane_server", None) is not None for a in dask_worker.state.actors.values())
-
-    return sum(client.run(count).values())
 
 
 def _stop_lanes(client) -> None:
@@ -173,7 +165,7 @@ def test_the_lane_can_be_turned_off_and_then_no_worker_listens_for_it(pools, cli
         cp.start()
         assert [cp.result(qp.submit(tasks.double, i), timeout=30) for i in range(10)] == [2 * i for i in range(10)]
         assert qp.queues[0].lane_peer() is None
-        assert _lane_servers(client) == 0
+        assert lane_servers(client) == 0
 
 
 @pytest.mark.timeout(120)
@@ -286,7 +278,7 @@ def _calls_through_dask_on_tls(client):
         assert qp.queues[0]._address.startswith("tls://")
         assert [cp.result(qp.submit(tasks.double, i), timeout=30) for i in range(5)] == [0, 2, 4, 6, 8]
         assert qp.queues[0].lane_peer() is None
-        assert _lane_servers(client) == 0
+        assert lane_servers(client) == 0
     finally:
         cp.close()
         qp.close()

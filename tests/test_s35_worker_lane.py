@@ -20,7 +20,7 @@ from daskqueue.queue.lane_wire import (
     CLIENT_METHODS, HEADER, METHOD_CODES, WORKER_METHODS, LaneProtocolError, decode_args, encode_request,
 )
 from tests import tasks
-from tests.helpers import kill_worker, wait_until
+from tests.helpers import kill_worker, lane_servers, wait_until
 
 
 @pytest.mark.timeout(10)
@@ -47,13 +47,6 @@ def _lanes_to(client, worker: str, key: str) -> list[str]:
                 if k == key and isinstance(v, worker_lane._Lane)]
 
     return client.run(states, workers=[worker])[worker]
-
-
-def _lane_servers(client) -> int:
-    def count(dask_worker):
-        return sum(getattr(a, "_lane_server", None) is not None for a in dask_worker.state.actors.values())
-
-    return sum(client.run(count).values())
 
 
 @pytest.mark.timeout(120)
@@ -83,7 +76,7 @@ def test_with_lanes_turned_off_by_the_pools_client_workers_call_each_other_throu
     try:
         cp.start()
         assert qp.map(tasks.double, range(2000)) == [2 * x for x in range(2000)]
-        assert _lane_servers(client) == 0
+        assert lane_servers(client) == 0
     finally:
         cp.close()
         qp.close()
