@@ -200,3 +200,57 @@ def test_a_call_unanswered_at_the_actors_goodbye_goes_through_dask_once_and_a_la
     assert first == 1  # under way at the close: answered on the lane before the goodbye
     assert late == ("dask", 2) and through_dask == [(2, None, 0, 0)]
     assert ran == [(1, None, 0, 0)]  # the late one never ran on the lane
+
+
+@pytest.mark.timeout(30)
+def test_an_actor_whose_lane_failed_is_called_through_dask_a_while_then_by_lane_again(monkeypatch):
+    """As after a hand-off called off (the actor stopped its lane, then serves again): its
+    calls go through Dask for LANE_RETRY_S, then the lane is asked for again."""
+    import asyncio
+
+    from daskqueue.queue import worker_lane
+    from daskqueue.queue.lane_server import LaneServer
+
+    monkeypatch.setattr(worker_lane, "LANE_RETRY_S", 0.3)
+
+    class Actor:
+        async def work_at(self, *args):
+            return "lane"
+
+    class Worker:
+        address = "tcp://127.0.0.1:9"
+
+        class state:
+            actors = {}
+
+    class Handle:
+        key, _address = "queue-y", "tcp://127.0.0.1:9"
+
+    async def main():
+        actor = Actor()
+        Worker.state.actors = {"queue-y": actor}
+        servers = [LaneServer(actor, "queue-y", Worker())]
+        await servers[0].start("127.0.0.1")
+
+        async def dask_call(method, args):
+            return servers[-1].endpoint if method == "lane_endpoint" else "dask"
+
+        async def call():
+            return await worker_lane.lane_call(Handle(), "work_at", (1, None, 0, 0), dask_call)
+
+        got = [await call()]
+        await servers[0].close()  # its lane stops (goodbye)
+        await asyncio.sleep(0.05)
+        got.append(await call())  # the lane is gone: through Dask
+        servers.append(LaneServer(actor, "queue-y", Worker()))
+        await servers[1].start("127.0.0.1")  # it serves again
+        got.append(await call())  # still within LANE_RETRY_S: Dask
+        await asyncio.sleep(0.35)
+        got.append(await call())  # asked again: by lane
+        await servers[1].close()
+        return got
+
+    try:
+        assert asyncio.run(main()) == ["lane", "dask", "dask", "lane"]
+    finally:
+        worker_lane.forget_lanes()

@@ -16,7 +16,8 @@ What goes by lane (:func:`lane_call`): the methods of
 handle on a worker's event loop, whose arguments the wire encodes (a typed pool's ``sizes``
 dict does not: that call goes through Dask). The lane of an actor is asked for once
 (``lane_endpoint``, through Dask) and kept while it works; an actor that serves none
-(``daskqueue.lane: False``, not ``tcp://``, TLS required) is called through Dask from then on.
+(``daskqueue.lane: False``, not ``tcp://``, TLS required), or whose lane failed, is called
+through Dask for ``LANE_RETRY_S``, then asked again.
 
 Contracts:
 
@@ -42,6 +43,7 @@ import itertools
 import logging
 import pickle
 import socket
+import time
 from typing import Any, Awaitable, Callable
 
 from daskqueue.queue.lane import lane_loss_timeout
@@ -171,20 +173,26 @@ class _Lane:
             self._reading.cancel()
 
 
-#: Per event loop (a worker's) and actor key: its lane, None (it serves none: Dask), or the
-#: task opening it.
-_lanes: dict[tuple[int, str, str], _Lane | asyncio.Task[_Lane | None] | None] = {}
+#: How long an actor that has no lane for this worker (it serves none, opening one failed,
+#: or its lane broke) is called through Dask before its lane is asked for again: an actor
+#: whose hand-off was called off serves again, a refused connection may have been a blip.
+LANE_RETRY_S = 10.0
 
-#: Past this many entries, those of actors called through Dask (None) are forgotten: a
-#: long-lived worker that calls the queues of many pools, one after another, keeps at most
-#: this many (a forgotten actor's next call asks for its lane again, through Dask).
+#: Per event loop (a worker's), actor key and address: its lane, the task opening it, or the
+#: monotonic time until which it is called through Dask.
+_lanes: dict[tuple[int, str, str], _Lane | asyncio.Task[_Lane | None] | float] = {}
+
+#: Past this many entries, those of actors called through Dask are forgotten: a long-lived
+#: worker that calls the queues of many pools, one after another, keeps at most this many (a
+#: forgotten actor's next call asks for its lane again, through Dask).
 MAX_ENTRIES = 1024
 
 
 def _settle(k: tuple[int, str, str], lane: _Lane | None) -> None:
-    _lanes[k] = lane
+    """Keep ``lane`` for ``k``; None: ``k`` goes through Dask for ``LANE_RETRY_S``."""
+    _lanes[k] = time.monotonic() + LANE_RETRY_S if lane is None else lane
     if lane is None and len(_lanes) > MAX_ENTRIES:
-        for old in [key for key, v in _lanes.items() if v is None]:
+        for old in [key for key, v in _lanes.items() if isinstance(v, float)]:
             del _lanes[old]
 
 
@@ -195,13 +203,13 @@ async def _lane_of(handle: Any, dask_call: Callable[[str, tuple[Any, ...]], Awai
     if isinstance(entry, _Lane):
         if entry.broken is None:
             return entry
-        # broken: the actor closed its lane or its worker went; this actor serves no other
-        _settle(k, None)
+        _settle(k, None)  # broken: through Dask a while
         return None
-    if entry is None:
-        if k in _lanes:
+    if isinstance(entry, float):
+        if time.monotonic() < entry:
             return None
-    elif entry.done() and (entry.cancelled() or entry.exception() is not None):
+        entry = None  # time to ask for its lane again
+    elif entry is not None and entry.done() and (entry.cancelled() or entry.exception() is not None):
         entry = None  # an opening cut short (the loop stopping): open again
     if entry is None:
         entry = _lanes[k] = asyncio.get_running_loop().create_task(_open(handle, dask_call))
