@@ -119,12 +119,12 @@ class Membership:
     @property
     def workers(self) -> frozenset[str]:
         """The live workers: as of the change being reacted to, on a reaction's thread."""
-        return seen(self, self._view).workers
+        return self.view.workers
 
     @property
     def retiring(self) -> frozenset[str]:
         """The workers being retired (no new actor goes there), seen as :attr:`workers` is."""
-        return seen(self, self._view).retiring
+        return self.view.retiring
 
     def placeable(self) -> list[str]:
         """The workers new actors may go to: live and not retiring, sorted."""

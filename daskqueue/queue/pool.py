@@ -129,6 +129,10 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
     spellings: see :mod:`daskqueue.compat.queue_pool`.)
     """
 
+    #: The ``daskqueue.lane`` config as the pool was made: its queue actors (successors and
+    #: added ones too) serve a lane, to its clients and to other workers, only if true.
+    _serve_lanes: bool = True
+
     def __init__(
         self,
         client: Client,
@@ -175,8 +179,6 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
         self.time_limit_s = time_limit_s
         self.client = client
         self.name = check_optional_str("name", name) or f"queuepool-{uuid.uuid4().hex[:8]}"
-        #: The ``daskqueue.lane`` config as the pool was made: its queue actors (successors
-        #: and added ones too) serve a lane, to its clients and to other workers, only if true.
         self._serve_lanes = lane_enabled()
         self.table: QueueTable | None = None
         self._closed = False
@@ -259,7 +261,7 @@ class QueuePool(QueuePool020, PoolSettings, Producing, Submitting, Streaming, Ta
 
     def queue_kwargs(self) -> dict[str, Any]:
         """Every queue actor's keyword arguments (see :func:`queue_kwargs`)."""
-        return queue_kwargs(self.config, self.name, lane=getattr(self, "_serve_lanes", True))
+        return queue_kwargs(self.config, self.name, lane=self._serve_lanes)
 
     def actor_args(self, *, prepare: bool = True) -> tuple[type, list[tuple[Any, ...]]]:
         """The queue actor class and each queue's positional arguments (see :func:`actor_args`)."""

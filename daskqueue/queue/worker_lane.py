@@ -1,9 +1,9 @@
 """A worker's calls to a queue actor on another worker, through the actor's lane.
 
-Why: a Dask actor call from one worker to another cost ~1.3 ms of the caller's CPU and
-~1 ms of the callee's on this machine (each argument serialized on its own, msgpack and
-frames, the comm's handlers), and 4.5 ms of wall time (measured 2026-11-25 with a no-op
-actor method). A consumer makes two such calls per batch it takes from a queue on another
+Why: a Dask actor call from one worker to another cost 1.3-1.4 ms of the caller's CPU and
+1.0-1.1 ms of the callee's on this machine (each argument serialized on its own, msgpack
+and frames, the comm's handlers), and 2.2-2.4 ms of wall time; by lane 0.3 ms of each
+(``python -m benchmarks.worker_calls``, 2026-11-25). A consumer makes two such calls per batch it takes from a queue on another
 worker (``get_batch``, ``settle``), and a queue one per peer each time it announces work
 (``work_at``): on a stream of short tasks, those calls were most of what the workers spent
 beyond ``map`` (see ``benchmarks/README.md``, stop 35). The queue actor's lane server
