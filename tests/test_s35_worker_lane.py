@@ -12,10 +12,15 @@ time with nothing lost. The fault tests of the rest of the suite run through it 
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import dask
 import pytest
 
 from daskqueue import ConsumerPool, QueuePool
+from daskqueue.queue import worker_lane
+from daskqueue.queue.lane_server import LaneServer
 from daskqueue.queue.lane_wire import (
     CLIENT_METHODS, HEADER, METHOD_CODES, WORKER_METHODS, LaneProtocolError, decode_args, encode_request,
 )
@@ -41,8 +46,6 @@ def test_the_wire_carries_strs_for_the_workers_calls_and_refuses_a_broken_one():
 def _lanes_to(client, worker: str, key: str) -> list[str]:
     """The worker lanes ``worker`` holds to the actor ``key`` (their states)."""
     def states(dask_worker, key=key):
-        from daskqueue.queue import worker_lane
-
         return ["open" if v.broken is None else "broken" for (_, k, _), v in worker_lane._lanes.items()
                 if k == key and isinstance(v, worker_lane._Lane)]
 
@@ -116,39 +119,43 @@ def test_a_queue_worker_killed_under_a_long_poll_on_the_lane_loses_nothing(clust
 
 
 @pytest.mark.timeout(10)
-def test_the_entries_of_actors_called_through_dask_stay_bounded():
-    import asyncio
-
-    from daskqueue.queue import worker_lane
-
-    class NoLane:
-        def __init__(self, key):
-            self.key, self._address = key, "tcp://127.0.0.1:1"
-
+def test_the_entries_of_actors_called_through_dask_stay_bounded(fresh_lanes):
     async def no_endpoint(method, args):
         assert method == "lane_endpoint"
         return None  # an actor that serves no lane
 
     async def main():
         for i in range(3 * worker_lane.MAX_ENTRIES):
-            assert await worker_lane._lane_of(NoLane(f"q-{i}"), no_endpoint) is None
+            assert await worker_lane._lane_of(SimpleNamespace(key=f"q-{i}", _address=_ADDRESS), no_endpoint) is None
         return len(worker_lane._lanes)
 
-    try:
-        assert asyncio.run(main()) <= worker_lane.MAX_ENTRIES + 1
-    finally:
-        worker_lane.forget_lanes()
+    assert asyncio.run(main()) <= worker_lane.MAX_ENTRIES + 1
+
+
+#: The actor the two tests below serve, as a WorkerActor handle names it (what lane_call reads).
+_KEY, _ADDRESS = "queue-x", "tcp://127.0.0.1:9"
+_HANDLE = SimpleNamespace(key=_KEY, _address=_ADDRESS)
+
+
+async def _serving(actor) -> LaneServer:
+    """A real lane server of ``actor`` on loopback, its worker a stand-in that holds it."""
+    worker = SimpleNamespace(address=_ADDRESS, state=SimpleNamespace(actors={_KEY: actor}))
+    server = LaneServer(actor, _KEY, worker)
+    await server.start("127.0.0.1")
+    return server
+
+
+@pytest.fixture
+def fresh_lanes():
+    yield
+    worker_lane.forget_lanes()
 
 
 @pytest.mark.timeout(30)
-def test_a_call_unanswered_at_the_actors_goodbye_goes_through_dask_once_and_a_late_one_is_not_run():
+def test_a_call_unanswered_at_the_actors_goodbye_goes_through_dask_once_and_a_late_one_is_not_run(fresh_lanes):
     """The actor closes its lane with a request of a worker on the wire: the server answers it
     FALLBACK unrun (or never reads it), the goodbye follows, and the caller makes it through
     Dask: made once in all. A request running when the close starts answers first."""
-    import asyncio
-
-    from daskqueue.queue import worker_lane
-    from daskqueue.queue.lane_server import LaneServer
 
     class Actor:
         def __init__(self):
@@ -161,20 +168,9 @@ def test_a_call_unanswered_at_the_actors_goodbye_goes_through_dask_once_and_a_la
                 await self.release.wait()  # under way when the close starts
             return args[0]
 
-    class Worker:
-        address = "tcp://127.0.0.1:9"
-
-        class state:
-            actors = {}
-
-    class Handle:
-        key, _address = "queue-x", "tcp://127.0.0.1:9"
-
     async def main():
         actor = Actor()
-        Worker.state.actors = {"queue-x": actor}
-        server = LaneServer(actor, "queue-x", Worker())
-        await server.start("127.0.0.1")
+        server = await _serving(actor)
         through_dask = []
 
         async def dask_call(method, args):
@@ -183,74 +179,51 @@ def test_a_call_unanswered_at_the_actors_goodbye_goes_through_dask_once_and_a_la
             through_dask.append(args)
             return ("dask", args[0])
 
-        running = asyncio.ensure_future(worker_lane.lane_call(Handle(), "work_at", (1, None, 0, 0), dask_call))
+        running = asyncio.ensure_future(worker_lane.lane_call(_HANDLE, "work_at", (1, None, 0, 0), dask_call))
         while not actor.ran:
             await asyncio.sleep(0.01)
         closing = asyncio.ensure_future(server.close())
         await asyncio.sleep(0.05)
-        late = await worker_lane.lane_call(Handle(), "work_at", (2, None, 0, 0), dask_call)
+        late = await worker_lane.lane_call(_HANDLE, "work_at", (2, None, 0, 0), dask_call)
         actor.release.set()
         await closing
         return await running, late, actor.ran, through_dask
 
-    try:
-        first, late, ran, through_dask = asyncio.run(main())
-    finally:
-        worker_lane.forget_lanes()
+    first, late, ran, through_dask = asyncio.run(main())
     assert first == 1  # under way at the close: answered on the lane before the goodbye
     assert late == ("dask", 2) and through_dask == [(2, None, 0, 0)]
     assert ran == [(1, None, 0, 0)]  # the late one never ran on the lane
 
 
 @pytest.mark.timeout(30)
-def test_an_actor_whose_lane_failed_is_called_through_dask_a_while_then_by_lane_again(monkeypatch):
+def test_an_actor_whose_lane_failed_is_called_through_dask_a_while_then_by_lane_again(monkeypatch, fresh_lanes):
     """As after a hand-off called off (the actor stopped its lane, then serves again): its
     calls go through Dask for LANE_RETRY_S, then the lane is asked for again."""
-    import asyncio
-
-    from daskqueue.queue import worker_lane
-    from daskqueue.queue.lane_server import LaneServer
-
     monkeypatch.setattr(worker_lane, "LANE_RETRY_S", 0.3)
 
     class Actor:
         async def work_at(self, *args):
             return "lane"
 
-    class Worker:
-        address = "tcp://127.0.0.1:9"
-
-        class state:
-            actors = {}
-
-    class Handle:
-        key, _address = "queue-y", "tcp://127.0.0.1:9"
-
     async def main():
         actor = Actor()
-        Worker.state.actors = {"queue-y": actor}
-        servers = [LaneServer(actor, "queue-y", Worker())]
-        await servers[0].start("127.0.0.1")
+        servers = [await _serving(actor)]
 
         async def dask_call(method, args):
             return servers[-1].endpoint if method == "lane_endpoint" else "dask"
 
         async def call():
-            return await worker_lane.lane_call(Handle(), "work_at", (1, None, 0, 0), dask_call)
+            return await worker_lane.lane_call(_HANDLE, "work_at", (1, None, 0, 0), dask_call)
 
         got = [await call()]
         await servers[0].close()  # its lane stops (goodbye)
         await asyncio.sleep(0.05)
         got.append(await call())  # the lane is gone: through Dask
-        servers.append(LaneServer(actor, "queue-y", Worker()))
-        await servers[1].start("127.0.0.1")  # it serves again
+        servers.append(await _serving(actor))  # it serves again
         got.append(await call())  # still within LANE_RETRY_S: Dask
         await asyncio.sleep(0.35)
         got.append(await call())  # asked again: by lane
         await servers[1].close()
         return got
 
-    try:
-        assert asyncio.run(main()) == ["lane", "dask", "dask", "lane"]
-    finally:
-        worker_lane.forget_lanes()
+    assert asyncio.run(main()) == ["lane", "dask", "dask", "lane"]
